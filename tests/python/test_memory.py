@@ -1,0 +1,250 @@
+# Device memory: the chip's HBM capacity is enforced (allocating past it raises
+# torch.OutOfMemoryError naming the requested, in-use and total bytes and the chip, even though
+# the host has room), the device recovers once tensors are freed, host memory is committed
+# lazily (an unwritten 3 GiB tensor costs no host RAM), and the caching allocator's statistics
+# (memory_allocated, max_memory_allocated, memory_reserved, max_memory_reserved, memory_stats,
+# reset_peak_memory_stats, empty_cache) move as tensors are created and freed.
+import gc
+import re
+
+import pytest
+import torch
+
+from conftest import GiB, MiB, run_json
+
+TPU0 = torch.device("tpu", 0)
+
+
+def byte_forms(n):
+    forms = {str(n), f"{n:,}", f"{n:_}"}
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("GB", 1e9)):
+        v = n / size
+        for f in (f"{v:.2f}", f"{v:.1f}", f"{v:g}"):
+            forms |= {f"{f} {unit}", f"{f}{unit}"}
+    return forms
+
+
+def mentions_bytes(msg, n):
+    """msg names the byte count n, as an integer or in GiB/MiB/GB."""
+    return any(re.search(r"(?<![\d.,_])" + re.escape(f) + r"(?![\d])", msg)
+               for f in byte_forms(n))
+
+
+def settle():
+    gc.collect()
+    torch.tpu.synchronize()
+
+
+@pytest.fixture
+def clean():
+    settle()
+    torch.tpu.empty_cache()
+    yield
+    settle()
+    torch.tpu.empty_cache()
+
+
+def test_mentions_bytes_helper():
+    assert mentions_bytes("requested 15032385536 bytes", 14 * GiB)
+    assert mentions_bytes("Tried to allocate 14.00 GiB", 14 * GiB)
+    assert not mentions_bytes("13 GiB in use", 3 * GiB)
+    assert not mentions_bytes("150323855360 bytes", 14 * GiB)
+
+
+# ----------------------------------------------------------------------------- OOM
+
+_PRECISE_OOM = """
+import torch
+GiB = 1 << 30
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+
+out = {}
+torch.zeros(1, device="tpu")
+torch.tpu.synchronize()
+out["base"] = torch.tpu.memory_allocated()
+r0 = rss()
+a = torch.empty(3 * GiB, dtype=torch.uint8, device="tpu")      # never written
+torch.tpu.synchronize()
+out["rss_growth"] = rss() - r0
+out["alloc_a"] = torch.tpu.memory_allocated()
+try:
+    torch.empty(14 * GiB, dtype=torch.uint8, device="tpu")
+    out["msg"] = None
+except torch.OutOfMemoryError as e:
+    out["msg"] = str(e)
+    out["is_runtime_error"] = isinstance(e, RuntimeError)
+out["num_ooms"] = torch.tpu.memory_stats()["num_ooms"]
+out["alloc_after_oom"] = torch.tpu.memory_allocated()
+del a
+b = torch.empty(14 * GiB, dtype=torch.uint8, device="tpu")
+out["alloc_b"] = torch.tpu.memory_allocated()
+x = torch.arange(10.0, device="tpu")
+out["works"] = (x * 2).sum().item()
+emit(out)
+"""
+
+
+def test_oom_message_names_requested_in_use_total_and_chip():
+    out = run_json(_PRECISE_OOM)
+    base = out["base"]
+    assert base < MiB
+    assert out["alloc_a"] - base == 3 * GiB
+    assert out["rss_growth"] < 256 * MiB, "an unwritten tensor committed host memory"
+    msg = out["msg"]
+    assert msg is not None, "3 GiB + 14 GiB on a 16 GiB v5e did not run out of memory"
+    assert out["is_runtime_error"]
+    assert mentions_bytes(msg, 14 * GiB), f"requested bytes missing: {msg}"
+    assert mentions_bytes(msg, 3 * GiB) or mentions_bytes(msg, out["alloc_a"]), \
+        f"in-use bytes missing: {msg}"
+    assert mentions_bytes(msg, 16 * GiB), f"total bytes missing: {msg}"
+    assert "TPU v5e" in msg, msg
+    assert out["num_ooms"] == 1
+    assert out["alloc_after_oom"] == out["alloc_a"]
+    assert out["alloc_b"] - base == 14 * GiB
+    assert out["works"] == 90.0
+
+
+def test_oom_past_capacity_then_recovers(clean):
+    props = torch.tpu.get_device_properties(0)
+    total = props.total_memory
+    ooms = torch.tpu.memory_stats()["num_ooms"]
+    before = torch.tpu.memory_allocated()
+    n = total + GiB
+    with pytest.raises(torch.OutOfMemoryError) as ei:
+        torch.empty(n, dtype=torch.uint8, device="tpu")
+    msg = str(ei.value)
+    assert isinstance(ei.value, RuntimeError)
+    assert mentions_bytes(msg, n), msg
+    assert mentions_bytes(msg, total), msg
+    assert props.name.split(" (")[0] in msg, msg           # "TPU v5e"
+    assert torch.tpu.memory_stats()["num_ooms"] == ooms + 1
+    assert torch.tpu.memory_allocated() == before
+    # a float32 tensor whose bytes (not elements) exceed the capacity
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(total // 4 + MiB, dtype=torch.float32, device="tpu")
+    # the device still works, including a large allocation
+    big = torch.empty(GiB, dtype=torch.uint8, device="tpu")
+    assert big.device == TPU0
+    x = torch.randn(100, device="tpu")
+    assert torch.equal((x + 1).cpu(), x.cpu() + 1)
+    del big
+
+
+def test_fill_hbm_then_free_one(clean):
+    total = torch.tpu.get_device_properties(0).total_memory
+    free = total - torch.tpu.memory_reserved()
+    chunk = int(free * 0.3) // MiB * MiB
+    held = [torch.empty(chunk, dtype=torch.uint8, device="tpu") for _ in range(3)]  # 90 %
+    settle()
+    assert torch.tpu.memory_allocated() >= 3 * chunk
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(int(free * 0.2), dtype=torch.uint8, device="tpu")
+    del held[0]
+    settle()
+    extra = torch.empty(int(free * 0.2), dtype=torch.uint8, device="tpu")
+    assert extra.device == TPU0
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(int(free * 0.25), dtype=torch.uint8, device="tpu")
+    del held, extra
+    settle()
+    again = torch.empty(int(free * 0.9), dtype=torch.uint8, device="tpu")
+    del again
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def test_memory_allocated_tracks_tensors(clean):
+    a0 = torch.tpu.memory_allocated()
+    nbytes = 4 * MiB
+    x = torch.empty(nbytes // 4, dtype=torch.float32, device="tpu")
+    settle()
+    a1 = torch.tpu.memory_allocated()
+    assert nbytes <= a1 - a0 <= nbytes + 2 * MiB
+    y = x * 2                                   # an op result is allocated too
+    settle()
+    a2 = torch.tpu.memory_allocated()
+    assert a2 - a1 >= nbytes
+    assert torch.tpu.memory_reserved() >= a2
+    v = x.view(-1, 4)                           # a view allocates nothing
+    settle()
+    assert torch.tpu.memory_allocated() == a2
+    del x, v
+    settle()
+    assert torch.tpu.memory_allocated() == a2 - (a1 - a0)
+    del y
+    settle()
+    assert torch.tpu.memory_allocated() == a0
+
+
+def test_device_argument_forms():
+    x = torch.empty(MiB, dtype=torch.uint8, device="tpu")
+    settle()
+    m = torch.tpu.memory_allocated()
+    assert torch.tpu.memory_allocated(0) == m
+    assert torch.tpu.memory_allocated("tpu:0") == m
+    assert torch.tpu.memory_allocated(TPU0) == m
+    assert torch.tpu.memory_reserved(0) == torch.tpu.memory_reserved()
+    assert torch.tpu.memory_stats(0)["allocated_bytes.all.current"] == m
+    del x
+
+
+def test_reserved_is_cached_until_empty_cache(clean):
+    r0 = torch.tpu.memory_reserved()
+    nbytes = 64 * MiB
+    x = torch.empty(nbytes, dtype=torch.uint8, device="tpu")
+    settle()
+    r1 = torch.tpu.memory_reserved()
+    assert r1 - r0 >= nbytes
+    del x
+    settle()
+    r2 = torch.tpu.memory_reserved()
+    assert r2 == r1, "freed block was not kept in the cache"
+    # the cached block is reused: reserved does not grow for a same-size tensor
+    y = torch.empty(nbytes, dtype=torch.uint8, device="tpu")
+    settle()
+    assert torch.tpu.memory_reserved() == r2
+    del y
+    settle()
+    torch.tpu.empty_cache()
+    r3 = torch.tpu.memory_reserved()
+    assert r3 <= r2 - nbytes
+    assert r3 >= torch.tpu.memory_allocated()
+    assert torch.tpu.max_memory_reserved() >= r1
+
+
+def test_peak_and_reset_peak(clean):
+    torch.tpu.reset_peak_memory_stats()
+    cur = torch.tpu.memory_allocated()
+    assert torch.tpu.max_memory_allocated() == cur
+    nbytes = 32 * MiB
+    x = torch.empty(nbytes, dtype=torch.uint8, device="tpu")
+    del x
+    settle()
+    assert torch.tpu.memory_allocated() == cur
+    peak = torch.tpu.max_memory_allocated()
+    assert peak >= cur + nbytes
+    assert torch.tpu.max_memory_reserved() >= peak
+    torch.tpu.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() == cur
+    assert torch.tpu.max_memory_reserved() == torch.tpu.memory_reserved()
+
+
+def test_memory_stats_keys_agree_with_functions(clean):
+    x = torch.empty(8 * MiB, dtype=torch.uint8, device="tpu")
+    settle()
+    s = torch.tpu.memory_stats()
+    assert isinstance(s, dict)
+    for key in ["allocated_bytes.all.current", "allocated_bytes.all.peak",
+                "reserved_bytes.all.current", "reserved_bytes.all.peak", "num_ooms"]:
+        assert key in s, key
+        assert isinstance(s[key], int), key
+    assert s["allocated_bytes.all.current"] == torch.tpu.memory_allocated()
+    assert s["allocated_bytes.all.peak"] == torch.tpu.max_memory_allocated()
+    assert s["reserved_bytes.all.current"] == torch.tpu.memory_reserved()
+    assert s["reserved_bytes.all.peak"] == torch.tpu.max_memory_reserved()
+    assert s["allocated_bytes.all.current"] >= 8 * MiB
+    del x

@@ -1,0 +1,37 @@
+"""torchtpu: PyTorch on TPUs, natively, with a built-in virtual TPU.
+
+`import torch` is enough: PyTorch's backend autoload calls `_autoload()` through the
+`torch.backends` entry point. Importing torchtpu registers the `tpu` device (PyTorch's
+PrivateUse1 backend renamed), the `torch.tpu` module, and the `Tensor.tpu()`,
+`Tensor.is_tpu`, `Module.tpu()` methods. The device behind `tpu` is the virtual TPU
+chosen by TORCHTPU_CHIP / TORCHTPU_CHIPS (see README).
+"""
+import torch
+
+from torchtpu import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
+from torchtpu import device_module
+from torchtpu.fallback import (
+    fallback_stats,
+    get_fallback_mode,
+    reset_fallback_stats,
+    set_fallback_mode,
+)
+
+__all__ = ["fallback_stats", "reset_fallback_stats", "set_fallback_mode", "get_fallback_mode"]
+
+
+def _register() -> None:
+    if torch._C._get_privateuse1_backend_name() == "tpu":
+        return  # already registered in this process
+    torch.utils.rename_privateuse1_backend("tpu")
+    torch._register_device_module("tpu", device_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+
+
+def _autoload() -> None:
+    """Entry point of PyTorch's device-backend autoload; importing did the work."""
+
+
+_register()

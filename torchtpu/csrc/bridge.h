@@ -1,0 +1,49 @@
+/* bridge.h: the C ABI between the CPython module (module.c) and the C++ bridge
+ * (device.cpp, ops.cpp). Functions that can fail return 0 on success and -1 on
+ * failure with the message in tpu_status_message(); on failure *out_is_oom tells
+ * module.c to raise torch.OutOfMemoryError instead of RuntimeError where relevant.
+ * The runtime itself (devices, memory statistics) is reached through include/tpu/.
+ */
+#ifndef TORCHTPU_BRIDGE_H
+#define TORCHTPU_BRIDGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Initializes the runtime from the environment (idempotent). 0 or -1. */
+int tpu_bridge_init(void);
+/* 1 after a fork() in a process whose runtime was initialized. */
+int tpu_bridge_in_bad_fork(void);
+
+/* The calling thread's current device index (0 by default). */
+int tpu_bridge_current_device(void);
+/* Sets the current device after checking the index. 0 or -1. */
+int tpu_bridge_set_device(int index);
+/* Waits for the device's stream (index < 0: every device); surfaces deferred errors. */
+int tpu_bridge_synchronize(int index);
+
+/* Random number generation: the default generator of device |index|. */
+int tpu_bridge_manual_seed(int index, uint64_t seed);
+int tpu_bridge_seed(int index, uint64_t *out_seed);          /* non-deterministic seed */
+int tpu_bridge_initial_seed(int index, uint64_t *out_seed);
+/* The state as bytes: *out_size receives the size; with buf == NULL only the size. */
+int tpu_bridge_get_rng_state(int index, uint8_t *buf, size_t *inout_size);
+int tpu_bridge_set_rng_state(int index, const uint8_t *buf, size_t size);
+
+/* The CPU fallback. mode: 0 warn (once per op), 1 silent, 2 error. */
+enum { TPU_FALLBACK_WARN = 0, TPU_FALLBACK_SILENT = 1, TPU_FALLBACK_ERROR = 2 };
+void tpu_bridge_set_fallback_mode(int mode);
+int tpu_bridge_get_fallback_mode(void);
+/* Calls |fn| once per op that went through the fallback, with its call count. */
+void tpu_bridge_fallback_stats(void (*fn)(void *ctx, const char *op, uint64_t count),
+                               void *ctx);
+void tpu_bridge_reset_fallback_stats(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TORCHTPU_BRIDGE_H */
