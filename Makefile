@@ -19,11 +19,11 @@ CFLAGS_asan    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
                   -fno-sanitize-recover=undefined
 LDLIBS := -pthread -lm
 
-CORE_SRCS := $(sort $(wildcard src/*/*.c))
+CORE_SRCS := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 TEST_SRCS := $(sort $(wildcard tests/c/test_*.c))
 
 define variant_rules
-build/$(1)/%.o: %.c $(wildcard include/tpu/*.h) $(wildcard src/*/*.h) tests/c/check.h
+build/$(1)/%.o: %.c $(wildcard include/tpu/*.h include/tpu/*.def src/*/*.h src/*/*/*.h) tests/c/check.h
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CFLAGS_COMMON) $$(CFLAGS_$(1)) -c $$< -o $$@
 
@@ -62,7 +62,7 @@ $(VENV)/.installed: requirements.txt setup.py pyproject.toml
 	touch $@
 
 # The bridge is rebuilt (setup.py, in place) when any C, C++ or header source changes.
-BRIDGE_DEPS := setup.py $(CORE_SRCS) $(wildcard src/*/*.h include/tpu/*.h torchtpu/csrc/*)
+BRIDGE_DEPS := setup.py $(CORE_SRCS) $(wildcard src/*/*.h src/*/*/*.h include/tpu/* torchtpu/csrc/*)
 $(VENV)/.built: $(VENV)/.installed $(BRIDGE_DEPS)
 	$(VPY) -m pip install --quiet --no-build-isolation --no-deps -e .
 	touch $@

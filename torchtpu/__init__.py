@@ -6,6 +6,9 @@ PrivateUse1 backend renamed), the `torch.tpu` module, and the `Tensor.tpu()`,
 `Tensor.is_tpu`, `Module.tpu()` methods. The device behind `tpu` is the virtual TPU
 chosen by TORCHTPU_CHIP / TORCHTPU_CHIPS (see README).
 """
+import atexit
+import time
+
 import torch
 
 from torchtpu import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
@@ -30,8 +33,19 @@ def _register() -> None:
     )
 
 
+def _let_autograd_threads_settle() -> None:
+    """PyTorch's autograd engine starts one thread per tpu chip at the first backward, and
+    each takes the GIL once to initialize. A process that exits right after its first
+    backward could finalize Python under a thread still waiting for the GIL, which aborts
+    the process (the race of pytorch/pytorch#38230). Releasing the GIL briefly at exit
+    lets those threads finish starting."""
+    if _C._is_initialized():
+        time.sleep(0.02)
+
+
 def _autoload() -> None:
     """Entry point of PyTorch's device-backend autoload; importing did the work."""
 
 
 _register()
+atexit.register(_let_autograd_threads_settle)

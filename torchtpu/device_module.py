@@ -58,7 +58,7 @@ def init() -> None:
 
 
 def is_initialized() -> bool:
-    return _C._init_error() is None
+    return _C._is_initialized()
 
 
 def _is_in_bad_fork() -> bool:

@@ -50,6 +50,11 @@ static PyObject *py_init_error(PyObject *self, PyObject *noargs) {
   return PyUnicode_FromString(tpu_status_message());
 }
 
+static PyObject *py_is_initialized(PyObject *self, PyObject *noargs) {
+  (void)self, (void)noargs;
+  return PyBool_FromLong(tpu_runtime_config() != NULL);
+}
+
 static PyObject *py_is_in_bad_fork(PyObject *self, PyObject *noargs) {
   (void)self, (void)noargs;
   return PyBool_FromLong(tpu_bridge_in_bad_fork());
@@ -293,6 +298,7 @@ static PyMethodDef methods[] = {
     {"_init", py_init, METH_NOARGS, "Initialize the runtime (raises on a bad configuration)."},
     {"_init_error", py_init_error, METH_NOARGS, "The configuration error, or None."},
     {"_device_count", py_device_count, METH_NOARGS, "Number of chips (0 if unusable)."},
+    {"_is_initialized", py_is_initialized, METH_NOARGS, "True once the chips exist."},
     {"_is_in_bad_fork", py_is_in_bad_fork, METH_NOARGS, "True in a forked child."},
     {"_current_device", py_current_device, METH_NOARGS, "This thread's device index."},
     {"_set_device", py_set_device, METH_VARARGS, "Set this thread's device index."},

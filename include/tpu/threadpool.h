@@ -1,0 +1,40 @@
+/* threadpool.h: a fixed pool of worker threads for kernels to split work over.
+ *
+ * One pool per process, sized to the cores (TORCHTPU_NUM_THREADS overrides). The calling
+ * thread takes part in the work, so a pool of 1 thread runs everything inline.
+ * parallel_for splits [0, n) into contiguous chunks of at least |grain| items and calls
+ * |fn| on each chunk, returning when all chunks are done. Calls from inside a running
+ * chunk run inline (no nested parallelism). Thread-safe: concurrent callers take turns.
+ */
+#ifndef TPU_THREADPOOL_H
+#define TPU_THREADPOOL_H
+
+#include <stdint.h>
+
+#include "tpu/allocator.h"
+#include "tpu/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_pool tpu_pool_t;
+
+/* |num_threads| >= 1 counts the caller. */
+tpu_status_t tpu_pool_create(int num_threads, tpu_allocator_t host, tpu_pool_t **out_pool);
+void tpu_pool_destroy(tpu_pool_t *pool); /* NULL is ignored */
+int tpu_pool_num_threads(const tpu_pool_t *pool); /* 1 for NULL */
+
+/* The process-wide pool (created on first use; never NULL after a successful call). */
+tpu_status_t tpu_pool_default(tpu_pool_t **out_pool);
+
+typedef void (*tpu_range_fn)(void *ctx, int64_t begin, int64_t end);
+
+/* Runs fn over [0, n) in chunks; pool NULL runs inline. */
+void tpu_pool_parallel_for(tpu_pool_t *pool, int64_t n, int64_t grain, tpu_range_fn fn,
+                           void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_THREADPOOL_H */

@@ -1,0 +1,179 @@
+/* threadpool.c: the kernels' worker threads (see include/tpu/threadpool.h).
+ *
+ * One job at a time: the caller publishes {fn, ctx, n, chunk} under the pool mutex, wakes
+ * the workers, and everyone (caller included) claims chunks with an atomic counter until
+ * none are left; the caller returns when every chunk has finished and no worker is still
+ * inside the job, so the next job cannot be claimed by a straggler of this one.
+ */
+#include "tpu/threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct tpu_pool {
+  tpu_allocator_t host;
+  int num_threads;               /* including the caller */
+  pthread_t *workers;            /* num_threads - 1 */
+  pthread_mutex_t job_mutex;     /* one job at a time */
+  pthread_mutex_t mu;
+  pthread_cond_t wake, done;
+  uint64_t generation;           /* bumped per job, under mu */
+  bool stop;
+  /* the current job */
+  tpu_range_fn fn;
+  void *ctx;
+  int64_t n, chunk, num_chunks;
+  atomic_int_fast64_t next_chunk;
+  int64_t chunks_done;           /* under mu */
+  int active;                    /* workers inside run_chunks, under mu */
+};
+
+static _Thread_local bool t_in_job;
+
+static void run_chunks(tpu_pool_t *p) {
+  int64_t finished = 0;
+  for (;;) {
+    int64_t c = atomic_fetch_add(&p->next_chunk, 1);
+    if (c >= p->num_chunks) break;
+    int64_t begin = c * p->chunk;
+    int64_t end = begin + p->chunk < p->n ? begin + p->chunk : p->n;
+    p->fn(p->ctx, begin, end);
+    finished++;
+  }
+  if (finished) {
+    pthread_mutex_lock(&p->mu);
+    p->chunks_done += finished;
+    if (p->chunks_done == p->num_chunks) pthread_cond_broadcast(&p->done);
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
+static void *worker_main(void *arg) {
+  tpu_pool_t *p = arg;
+  uint64_t seen = 0;
+  t_in_job = true; /* kernels called from a chunk run their own loops inline */
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
+    if (p->stop) break;
+    seen = p->generation;
+    p->active++;
+    pthread_mutex_unlock(&p->mu);
+    run_chunks(p);
+    pthread_mutex_lock(&p->mu);
+    if (--p->active == 0) pthread_cond_broadcast(&p->done);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+tpu_status_t tpu_pool_create(int num_threads, tpu_allocator_t host, tpu_pool_t **out_pool) {
+  if (num_threads < 1 || num_threads > 1024) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "pool_create: %d threads (1..1024)",
+                          num_threads);
+  }
+  tpu_pool_t *p;
+  TPU_RETURN_IF_ERROR(tpu_allocator_calloc(host, 1, sizeof *p, "pool_create", (void **)&p));
+  p->host = host;
+  p->num_threads = 1;
+  pthread_mutex_init(&p->job_mutex, NULL);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->wake, NULL);
+  pthread_cond_init(&p->done, NULL);
+  if (num_threads > 1) {
+    tpu_status_t st = tpu_allocator_calloc(host, (size_t)num_threads - 1, sizeof(pthread_t),
+                                           "pool_create", (void **)&p->workers);
+    if (st != TPU_OK) {
+      tpu_pool_destroy(p);
+      return st;
+    }
+    for (int i = 0; i < num_threads - 1; i++) {
+      if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
+        tpu_pool_destroy(p);
+        return tpu_status_set(TPU_ERR_UNAVAILABLE, "pool_create: cannot start thread %d", i);
+      }
+      p->num_threads++;
+    }
+  }
+  *out_pool = p;
+  return TPU_OK;
+}
+
+void tpu_pool_destroy(tpu_pool_t *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = true;
+  pthread_cond_broadcast(&p->wake);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < p->num_threads - 1; i++) pthread_join(p->workers[i], NULL);
+  tpu_allocator_free(p->host, p->workers);
+  pthread_cond_destroy(&p->wake);
+  pthread_cond_destroy(&p->done);
+  pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->job_mutex);
+  tpu_allocator_free(p->host, p);
+}
+
+int tpu_pool_num_threads(const tpu_pool_t *p) { return p ? p->num_threads : 1; }
+
+static tpu_pool_t *g_default_pool;
+static tpu_status_t g_default_status = TPU_OK;
+static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
+
+static void create_default_pool(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = cores > 0 ? (int)cores : 1;
+  const char *env = getenv("TORCHTPU_NUM_THREADS");
+  if (env && *env) {
+    char *end;
+    long v = strtol(env, &end, 10);
+    if (*end == '\0' && v >= 1 && v <= 1024) n = (int)v;
+  }
+  g_default_status = tpu_pool_create(n, tpu_allocator_system(), &g_default_pool);
+}
+
+tpu_status_t tpu_pool_default(tpu_pool_t **out_pool) {
+  pthread_once(&g_default_once, create_default_pool);
+  if (g_default_status != TPU_OK) {
+    return tpu_status_set(g_default_status, "pool_default: cannot start the kernel threads");
+  }
+  *out_pool = g_default_pool;
+  return TPU_OK;
+}
+
+void tpu_pool_parallel_for(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn,
+                           void *ctx) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (!p || p->num_threads == 1 || t_in_job || n <= grain) {
+    fn(ctx, 0, n);
+    return;
+  }
+  /* chunks: at least |grain| items, about 4 per thread for balance */
+  int64_t chunk = (n + 4 * p->num_threads - 1) / (4 * p->num_threads);
+  if (chunk < grain) chunk = grain;
+  pthread_mutex_lock(&p->job_mutex);
+  pthread_mutex_lock(&p->mu);
+  p->fn = fn;
+  p->ctx = ctx;
+  p->n = n;
+  p->chunk = chunk;
+  p->num_chunks = (n + chunk - 1) / chunk;
+  p->chunks_done = 0;
+  atomic_store(&p->next_chunk, 0);
+  p->generation++;
+  pthread_cond_broadcast(&p->wake);
+  pthread_mutex_unlock(&p->mu);
+
+  t_in_job = true;
+  run_chunks(p);
+  t_in_job = false;
+
+  pthread_mutex_lock(&p->mu);
+  while (p->chunks_done < p->num_chunks || p->active > 0) pthread_cond_wait(&p->done, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+  pthread_mutex_unlock(&p->job_mutex);
+}
