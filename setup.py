@@ -4,6 +4,7 @@ C core (libtpu.a, built by the Makefile so that C flags live in one place).
 Install with `pip install --no-build-isolation -e .` (the Makefile's `venv` target does);
 torch must already be installed, since the bridge compiles against its headers.
 """
+import glob
 import os
 import subprocess
 
@@ -50,11 +51,7 @@ class BuildExt(build_ext):
 
 bridge = Extension(
     "torchtpu._C",
-    sources=[
-        "torchtpu/csrc/module.c",
-        "torchtpu/csrc/device.cpp",
-        "torchtpu/csrc/ops.cpp",
-    ],
+    sources=["torchtpu/csrc/module.c"] + sorted(glob.glob("torchtpu/csrc/*.cpp")),
     include_dirs=["include", "torchtpu/csrc"],
     extra_objects=["build/release/libtpu.a"],
     library_dirs=[os.path.join(TORCH_DIR, "lib")],

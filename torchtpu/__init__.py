@@ -13,6 +13,12 @@ import torch
 
 from torchtpu import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
 from torchtpu import device_module
+from torchtpu.precision import (
+    Precision,
+    get_matmul_precision,
+    precision,
+    set_matmul_precision,
+)
 from torchtpu.fallback import (
     fallback_stats,
     get_fallback_mode,
@@ -20,7 +26,16 @@ from torchtpu.fallback import (
     set_fallback_mode,
 )
 
-__all__ = ["fallback_stats", "reset_fallback_stats", "set_fallback_mode", "get_fallback_mode"]
+__all__ = [
+    "Precision", "precision", "set_matmul_precision", "get_matmul_precision",
+    "fallback_stats", "reset_fallback_stats", "set_fallback_mode", "get_fallback_mode",
+    "cache_stats",
+]
+
+
+def cache_stats() -> dict:
+    """The eager executable cache: hits, misses, entries, compile_seconds."""
+    return _C._cache_stats()
 
 
 def _register() -> None:

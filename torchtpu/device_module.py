@@ -21,6 +21,7 @@ from torchtpu.memory import (  # noqa: F401
     reset_max_memory_allocated,
     reset_peak_memory_stats,
 )
+from torchtpu.precision import Precision, precision  # noqa: F401
 from torchtpu.rng import (  # noqa: F401
     get_rng_state,
     get_rng_state_all,

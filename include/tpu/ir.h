@@ -252,8 +252,9 @@ bool tpu_graph_output_strides(const tpu_graph_t *g, int i, int64_t out_strides[T
  * match the inference rules, attributes in range, parameter indices 0..n-1 unique). */
 tpu_status_t tpu_graph_verify(const tpu_graph_t *g);
 
-/* StableHLO MLIR text of the graph as `func.func @|name|`, NUL-terminated, allocated with
- * |host| (free with host.free). */
+/* StableHLO MLIR text of the graph as `module @|name| { func.func public @main(...) }`
+ * (|name| NULL or "": "graph"), NUL-terminated, allocated with |host| (free with
+ * host.free). The graph must verify; strides and check_bounds are not printed. */
 tpu_status_t tpu_graph_print_stablehlo(const tpu_graph_t *g, const char *name,
                                        tpu_allocator_t host, char **out_text,
                                        size_t *out_len);
@@ -263,7 +264,8 @@ uint64_t tpu_graph_hash(const tpu_graph_t *g);
 
 /* ---- builder --------------------------------------------------------------------------- */
 
-/* Parameter |index| is assigned in call order (0, 1, ...). strides: NULL = dense. */
+/* Parameter |index| is assigned in call order (0, 1, ...). strides: NULL = dense (strides
+ * that are row-major for |shape| are recorded as dense too). */
 tpu_value_t tpu_graph_parameter(tpu_graph_t *g, tpu_dtype_t dtype, const tpu_shape_t *shape,
                                 const int64_t *strides);
 tpu_value_t tpu_graph_constant(tpu_graph_t *g, tpu_dtype_t dtype, const tpu_shape_t *shape,
@@ -318,7 +320,8 @@ tpu_value_t tpu_graph_scatter(tpu_graph_t *g, tpu_value_t x, tpu_value_t indices
 tpu_value_t tpu_graph_sort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attrs_t *attrs);
 tpu_value_t tpu_graph_argsort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attrs_t *attrs);
 
-/* Marks |v| as the next output (0, 1, ...). strides: NULL = dense. */
+/* Marks |v| as the next output (0, 1, ...). strides: NULL = dense (row-major strides are
+ * recorded as dense). */
 tpu_status_t tpu_graph_output(tpu_graph_t *g, tpu_value_t v, const int64_t *strides);
 
 #ifdef __cplusplus

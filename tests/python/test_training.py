@@ -1,8 +1,11 @@
 # Training on tpu matches training on cpu: an MLP with the same initial weights and data is
 # trained 20 steps with AdamW (default, for-loop and foreach implementations) and with SGD with
-# momentum, on cpu and on tpu; losses agree within 1e-6 at every step and the final weights
-# agree too. Gradients and optimizer state live on tpu. fallback_stats() counts the ops that
-# ran through the cpu fallback, and its counts grow with more training.
+# momentum, on cpu and on tpu, natively (no op through the CPU fallback). At HIGHEST matmul
+# precision (about f32) the first loss agrees within 1e-5; later ones within 2e-3, because the
+# optimizers amplify last-bit differences in accumulation order step after step (Adam divides
+# by the root of small second moments). At the TPU's DEFAULT precision (one bf16 pass) the
+# losses stay within 2e-2. Gradients and optimizer state
+# live on tpu. fallback_stats() counts the ops that do run through the cpu fallback.
 import copy
 
 import pytest
@@ -63,48 +66,63 @@ def test_training_matches_cpu(opt_name):
         assert q.device == TPU0 and torch.equal(p.detach(), q.detach().cpu())
 
     cpu_losses, _ = _train(cpu_model, OPTIMIZERS[opt_name], "cpu")
-    tpu_losses, tpu_opt = _train(tpu_model, OPTIMIZERS[opt_name], "tpu")
+    torchtpu.reset_fallback_stats()
+    with torch.tpu.precision("highest"):
+        tpu_losses, tpu_opt = _train(tpu_model, OPTIMIZERS[opt_name], "tpu")
+    assert torchtpu.fallback_stats() == {}, "training used the CPU fallback"
 
     assert cpu_losses[-1] < cpu_losses[0]          # the model does learn
-    diffs = [abs(a - b) for a, b in zip(cpu_losses, tpu_losses)]
-    assert max(diffs) <= 1e-6, f"losses cpu={cpu_losses} tpu={tpu_losses}"
+    diffs = [abs(a - b) / abs(a) for a, b in zip(cpu_losses, tpu_losses)]
+    assert diffs[0] <= 1e-5 and max(diffs) <= 2e-3, f"losses cpu={cpu_losses} tpu={tpu_losses}"
     for (name, p), q in zip(cpu_model.named_parameters(), tpu_model.parameters()):
         assert q.device == TPU0
         assert q.grad is not None and q.grad.device == TPU0, name
-        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-6, atol=1e-6,
-                                   msg=lambda m: f"{name}: {m}")
-        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-6, atol=1e-6)
+        diff = (q.detach().cpu() - p.detach()).abs()
+        if opt_name.startswith("sgd"):
+            assert diff.max() <= 1e-4, (name, diff.max())
+        else:  # Adam's sign-like steps flip on near-zero gradients: compare on average
+            assert diff.mean() <= 1e-3, (name, diff.mean())
     for state in tpu_opt.state.values():
         for v in state.values():
             if isinstance(v, torch.Tensor) and v.dim() > 0:
                 assert v.device == TPU0
 
 
-def test_fallback_stats_count_training_ops():
-    stats = torchtpu.fallback_stats()
-    assert isinstance(stats, dict)
-    model = _mlp().tpu()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = (t.tpu() for t in _data())
+def test_one_step_gradients_match_cpu_at_highest():
+    cpu_model = _mlp()
+    tpu_model = copy.deepcopy(cpu_model).to("tpu")
+    x, y = _data()
+    F.mse_loss(cpu_model(x), y).backward()
+    with torch.tpu.precision("highest"):
+        F.mse_loss(tpu_model(x.tpu()), y.tpu()).backward()
+    for (name, p), q in zip(cpu_model.named_parameters(), tpu_model.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-6,
+                                   msg=lambda m: f"{name}: {m}")
 
-    def step():
-        opt.zero_grad()
-        F.mse_loss(model(x), y).backward()
-        opt.step()
 
-    step()
+def test_training_at_default_precision_tracks_cpu():
+    cpu_model = _mlp()
+    tpu_model = copy.deepcopy(cpu_model).to("tpu")
+    opt = OPTIMIZERS["adamw"]
+    cpu_losses, _ = _train(cpu_model, opt, "cpu")
+    tpu_losses, _ = _train(tpu_model, opt, "tpu")   # one bf16 MXU pass per matmul
+    diffs = [abs(a - b) / abs(a) for a, b in zip(cpu_losses, tpu_losses)]
+    assert max(diffs) <= 2e-2, f"losses cpu={cpu_losses} tpu={tpu_losses}"
+    assert max(diffs) > 0, "DEFAULT precision should not be bit-identical to f32"
+
+
+def test_fallback_stats_count_calls():
+    x = torch.rand(10, device="tpu") + 0.5
     before = torchtpu.fallback_stats()
-    assert before, "no op went through the fallback"
-    for k, v in before.items():
+    for _ in range(3):
+        torch.special.modified_bessel_i1(x)
+    after = torchtpu.fallback_stats()
+    for k, v in after.items():
         assert isinstance(k, str) and k.startswith("aten::"), k
         assert isinstance(v, int) and v > 0, (k, v)
-    step()
-    step()
-    after = torchtpu.fallback_stats()
-    assert sum(after.values()) > sum(before.values())
-    assert all(after.get(k, 0) >= v for k, v in before.items())
-    grown = [k for k, v in before.items() if after[k] > v]
-    assert grown, "no op count increased"
+    grown = [k for k, v in after.items() if v > before.get(k, 0)]
+    assert grown and all("bessel" in k for k in grown)
+    assert sum(after.values()) == sum(before.values()) + 3
 
 
 def test_reset_fallback_stats():

@@ -1,7 +1,7 @@
 /* bridge.h: the C ABI between the CPython module (module.c) and the C++ bridge
- * (device.cpp, ops.cpp). Functions that can fail return 0 on success and -1 on
- * failure with the message in tpu_status_message(); on failure *out_is_oom tells
- * module.c to raise torch.OutOfMemoryError instead of RuntimeError where relevant.
+ * (device.cpp, ops.cpp, native.cpp, eager.cpp). Functions that can fail return 0 on
+ * success or a negative TPU_BRIDGE_ERR_* code naming the Python exception to raise, with
+ * the message in tpu_status_message().
  * The runtime itself (devices, memory statistics) is reached through include/tpu/.
  */
 #ifndef TORCHTPU_BRIDGE_H
@@ -14,7 +14,13 @@
 extern "C" {
 #endif
 
-/* Initializes the runtime from the environment (idempotent). 0 or -1. */
+enum {
+  TPU_BRIDGE_ERR_RUNTIME = -1, /* RuntimeError */
+  TPU_BRIDGE_ERR_INDEX = -2,   /* IndexError (an index a kernel found out of range) */
+  TPU_BRIDGE_ERR_OOM = -3,     /* torch.OutOfMemoryError */
+};
+
+/* Initializes the runtime from the environment (idempotent). 0 or an error code. */
 int tpu_bridge_init(void);
 /* 1 after a fork() in a process whose runtime was initialized. */
 int tpu_bridge_in_bad_fork(void);
@@ -42,6 +48,18 @@ int tpu_bridge_get_fallback_mode(void);
 void tpu_bridge_fallback_stats(void (*fn)(void *ctx, const char *op, uint64_t count),
                                void *ctx);
 void tpu_bridge_reset_fallback_stats(void);
+
+/* Matmul precision (0 DEFAULT, 1 HIGH, 2 HIGHEST), process-wide. */
+void tpu_bridge_set_precision(int precision);
+int tpu_bridge_get_precision(void);
+
+/* Eager mode: 0 strict, 1 debug. */
+int tpu_bridge_eager_mode(void);
+void tpu_bridge_set_eager_mode(int mode);
+
+/* The eager executable cache. */
+void tpu_bridge_cache_stats(uint64_t *hits, uint64_t *misses, uint64_t *entries,
+                            uint64_t *compile_ns);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "device.h"
+#include "eager.h"
 
 extern "C" {
 #include "bridge.h"
@@ -83,8 +84,11 @@ static int device_count_noexcept() noexcept {
 }
 
 void synchronize_device(c10::DeviceIndex index) {
-  check_status(tpu_stream_synchronize(tpu_device_stream(device_at(index))),
-               "tpu synchronize");
+  tpu_status_t st = tpu_stream_synchronize(tpu_device_stream(device_at(index)));
+  if (st == TPU_ERR_OUT_OF_RANGE) {  // an index a kernel found out of range: IndexError
+    TORCH_CHECK_INDEX(false, tpu_status_message());
+  }
+  check_status(st, "tpu");
 }
 
 // ---- current device and stream, per thread ----------------------------------------------
@@ -168,8 +172,10 @@ void PinnedAllocator::pinned_delete(void *ptr) {
 
 // ---- generator ------------------------------------------------------------------------------
 
-// A CPU Philox/MT generator that lives on a tpu device. The CPU fallback runs random ops
-// with a CPU generator whose state is exchanged with this one (see ops.cpp).
+// A tpu chip's generator. Native random ops use counter-based Philox: (seed, offset),
+// where offset counts the numbers drawn so far; the CPU fallback's random ops use the
+// inherited CPU engine (its state is lent to a CPU generator for the call, see ops.cpp).
+// The state (get_state/set_state, torch.tpu.get_rng_state) holds both.
 struct TpuGenerator final : at::CPUGeneratorImpl {
   explicit TpuGenerator(c10::DeviceIndex index, uint64_t seed = c10::default_rng_seed_val)
       : at::CPUGeneratorImpl(seed) {
@@ -177,13 +183,36 @@ struct TpuGenerator final : at::CPUGeneratorImpl {
     key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
   }
 
+  uint64_t philox_offset = 0;
+
+  void set_current_seed(uint64_t seed) override {
+    at::CPUGeneratorImpl::set_current_seed(seed);
+    philox_offset = 0;
+  }
+  void set_offset(uint64_t offset) override { philox_offset = offset; }
+  uint64_t get_offset() const override { return philox_offset; }
+
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    auto cpu = at::CPUGeneratorImpl::get_state();
+    size_t n = cpu->storage().nbytes();
+    at::Tensor state = at::empty({static_cast<int64_t>(n + 8)}, at::kByte);
+    std::memcpy(state.data_ptr(), cpu->storage().data(), n);
+    std::memcpy(static_cast<char *>(state.data_ptr()) + n, &philox_offset, 8);
+    return state.getIntrusivePtr();
+  }
+  void set_state(const c10::TensorImpl &new_state) override {
+    size_t n = new_state.storage().nbytes();
+    TORCH_CHECK(n > 8, "tpu generator: RNG state is too small (", n, " bytes)");
+    at::Tensor cpu = at::empty({static_cast<int64_t>(n - 8)}, at::kByte);
+    std::memcpy(cpu.data_ptr(), new_state.storage().data(), n - 8);
+    at::CPUGeneratorImpl::set_state(*cpu.unsafeGetTensorImpl());
+    std::memcpy(&philox_offset, static_cast<const char *>(new_state.storage().data()) + n - 8, 8);
+  }
+
  private:
   TpuGenerator *clone_impl() const override {
     auto *gen = new TpuGenerator(device_.index());
-    gen->set_engine(const_cast<TpuGenerator *>(this)->engine());
-    gen->set_next_float_normal_sample(const_cast<TpuGenerator *>(this)->next_float_normal_sample());
-    gen->set_next_double_normal_sample(
-        const_cast<TpuGenerator *>(this)->next_double_normal_sample());
+    gen->set_state(*get_state());
     return gen;
   }
 };
@@ -376,16 +405,36 @@ static bool g_hooks_registered = [] {
 
 using namespace torchtpu;
 
-// Runs |fn|, turning a C++ exception into -1 and the thread's tpu status message.
+// Runs |fn|, turning a C++ exception into a TPU_BRIDGE_ERR_* code and the thread's tpu
+// status message (the message without PyTorch's C++ backtrace).
 template <typename F>
 static int guarded(F fn) {
   try {
     fn();
     return 0;
+  } catch (const c10::IndexError &e) {
+    tpu_status_set(TPU_ERR_OUT_OF_RANGE, "%s", e.what_without_backtrace());
+    return TPU_BRIDGE_ERR_INDEX;
+  } catch (const c10::OutOfMemoryError &e) {
+    tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s", e.what_without_backtrace());
+    return TPU_BRIDGE_ERR_OOM;
+  } catch (const c10::Error &e) {
+    tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s", e.what_without_backtrace());
+    return TPU_BRIDGE_ERR_RUNTIME;
   } catch (const std::exception &e) {
     tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s", e.what());
-    return -1;
+    return TPU_BRIDGE_ERR_RUNTIME;
   }
+}
+
+void torchtpu::reserve_philox(c10::DeviceIndex index, int64_t count, uint64_t *seed,
+                              uint64_t *offset) {
+  at::Generator gen = default_generator(index);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  auto *impl = gen.get<TpuGenerator>();
+  *seed = impl->current_seed();
+  *offset = impl->philox_offset;
+  impl->philox_offset += static_cast<uint64_t>((count + 3) / 4 * 4);
 }
 
 extern "C" {

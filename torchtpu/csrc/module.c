@@ -22,6 +22,26 @@ static PyObject *raise_bridge_error(void) {
   return NULL;
 }
 
+/* Raises the exception a bridge error code names (see bridge.h). */
+static PyObject *raise_bridge_code(int rc) {
+  if (rc == TPU_BRIDGE_ERR_INDEX) {
+    PyErr_SetString(PyExc_IndexError, tpu_status_message());
+    return NULL;
+  }
+  if (rc == TPU_BRIDGE_ERR_OOM) {
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *oom = torch ? PyObject_GetAttrString(torch, "OutOfMemoryError") : NULL;
+    Py_XDECREF(torch);
+    if (oom) {
+      PyErr_SetString(oom, tpu_status_message());
+      Py_DECREF(oom);
+      return NULL;
+    }
+    PyErr_Clear();
+  }
+  return raise_bridge_error();
+}
+
 /* Resolves an optional index argument (-1 = current device) to a valid device. */
 static int device_arg(int index, tpu_device_t **out_dev) {
   if (tpu_bridge_init() != 0) return -1;
@@ -81,7 +101,7 @@ static PyObject *py_synchronize(PyObject *self, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS
   rc = tpu_bridge_synchronize(index);
   Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_bridge_error();
+  if (rc != 0) return raise_bridge_code(rc);
   Py_RETURN_NONE;
 }
 
@@ -292,6 +312,47 @@ static PyObject *py_reset_fallback_stats(PyObject *self, PyObject *noargs) {
   Py_RETURN_NONE;
 }
 
+/* ---- eager execution -------------------------------------------------------------------- */
+
+static PyObject *py_set_precision(PyObject *self, PyObject *args) {
+  (void)self;
+  int p;
+  if (!PyArg_ParseTuple(args, "i", &p)) return NULL;
+  if (p < 0 || p > 2) {
+    PyErr_Format(PyExc_ValueError, "precision must be 0, 1 or 2, got %d", p);
+    return NULL;
+  }
+  tpu_bridge_set_precision(p);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_get_precision(PyObject *self, PyObject *noargs) {
+  (void)self, (void)noargs;
+  return PyLong_FromLong(tpu_bridge_get_precision());
+}
+
+static PyObject *py_eager_mode(PyObject *self, PyObject *noargs) {
+  (void)self, (void)noargs;
+  return PyLong_FromLong(tpu_bridge_eager_mode());
+}
+
+static PyObject *py_set_eager_mode(PyObject *self, PyObject *args) {
+  (void)self;
+  int m;
+  if (!PyArg_ParseTuple(args, "i", &m)) return NULL;
+  tpu_bridge_set_eager_mode(m);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_cache_stats(PyObject *self, PyObject *noargs) {
+  (void)self, (void)noargs;
+  uint64_t hits, misses, entries, ns;
+  tpu_bridge_cache_stats(&hits, &misses, &entries, &ns);
+  return Py_BuildValue("{s:K,s:K,s:K,s:d}", "hits", (unsigned long long)hits, "misses",
+                       (unsigned long long)misses, "entries", (unsigned long long)entries,
+                       "compile_seconds", (double)ns / 1e9);
+}
+
 /* ---- module ------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
@@ -316,6 +377,11 @@ static PyMethodDef methods[] = {
     {"_get_fallback_mode", py_get_fallback_mode, METH_NOARGS, "0 warn, 1 silent, 2 error."},
     {"_fallback_stats", py_fallback_stats, METH_NOARGS, "{op name: CPU fallback calls}."},
     {"_reset_fallback_stats", py_reset_fallback_stats, METH_NOARGS, "Zero the counters."},
+    {"_set_precision", py_set_precision, METH_VARARGS, "Matmul precision 0/1/2."},
+    {"_get_precision", py_get_precision, METH_NOARGS, "Current matmul precision."},
+    {"_eager_mode", py_eager_mode, METH_NOARGS, "0 strict, 1 debug."},
+    {"_set_eager_mode", py_set_eager_mode, METH_VARARGS, "0 strict, 1 debug."},
+    {"_cache_stats", py_cache_stats, METH_NOARGS, "Eager executable cache statistics."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -36,6 +36,8 @@
 #include <vector>
 
 #include "device.h"
+#include "device_check.h"
+#include "native.h"
 
 extern "C" {
 #include "bridge.h"
@@ -43,8 +45,6 @@ extern "C" {
 
 namespace torchtpu {
 namespace {
-
-constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
 
 c10::DispatchKeySet tpu_keys() { return c10::DispatchKeySet(c10::DispatchKey::PrivateUse1); }
 
@@ -191,6 +191,7 @@ at::Tensor tpu_copy_from(const at::Tensor &self, const at::Tensor &dst, bool /*n
     TORCH_CHECK(type == kTpu || type == c10::DeviceType::CPU, "copy_: cannot copy between ",
                 self.device(), " and ", dst.device(), "; tpu copies to and from cpu and tpu");
   }
+  if (native_copy(self, dst)) return dst;
   synchronize_if_tpu(self);
   synchronize_if_tpu(dst);
   HostAliases host;
@@ -221,54 +222,10 @@ std::mutex g_stats_mu;
 std::unordered_map<std::string, uint64_t> g_fallback_counts;  // op name -> calls
 std::unordered_set<std::string> g_warned;                     // ops warned about
 
-// Ops whose index tensors may stay on the CPU, as on CUDA.
-bool accepts_cpu_indices(const std::string &name) {
-  return name.rfind("aten::index", 0) == 0 || name.rfind("aten::_index_put_impl_", 0) == 0 ||
-         name.rfind("aten::_unsafe_index", 0) == 0;
-}
-
 bool is_generator_arg(const c10::Argument &arg) {
   auto opt = arg.type()->cast<c10::OptionalType>();
   return opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
 }
-
-// Checks the devices of one op's tensors the way CUDA kernels do and finds the tpu device.
-class DeviceCheck {
- public:
-  DeviceCheck(const std::string &op, bool cpu_indices) : op_(op), cpu_indices_(cpu_indices) {}
-
-  void tensor(const at::Tensor &t) {
-    if (!t.defined()) return;
-    c10::Device d = t.device();
-    if (d.type() == kTpu) {
-      if (!device_) device_ = d;
-      else if (*device_ != d) mismatch(*device_, d);
-    } else if (d.type() == c10::DeviceType::CPU) {
-      if (t.dim() > 0 && !cpu_indices_) cpu_ = true;
-    } else {
-      TORCH_CHECK(false, op_, ": tensors on ", d, " cannot be mixed with tpu tensors");
-    }
-  }
-  void device_arg(const c10::Device &d) {
-    if (d.type() == kTpu && !device_) device_ = resolve_device(d);
-  }
-  // The tpu device of the op, after every argument was seen.
-  c10::Device finish() {
-    if (!device_) device_ = c10::Device(kTpu, current_device());
-    if (cpu_) mismatch(*device_, c10::Device(c10::DeviceType::CPU));
-    return *device_;
-  }
-
- private:
-  [[noreturn]] void mismatch(const c10::Device &a, const c10::Device &b) {
-    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
-                "devices, ", a, " and ", b, "! (when checking arguments for ", op_, ")");
-  }
-  const std::string &op_;
-  bool cpu_indices_;
-  bool cpu_ = false;
-  std::optional<c10::Device> device_;
-};
 
 void count_and_maybe_warn(const std::string &name) {
   int mode = g_fallback_mode.load();
@@ -286,6 +243,11 @@ void count_and_maybe_warn(const std::string &name) {
                "(warned once per op; torchtpu.fallback_stats() counts the calls, "
                "TORCHTPU_FALLBACK=error makes this an error)");
   }
+}
+
+// The CPU engine part of a tpu generator's state (without the Philox offset).
+at::Tensor cpu_engine_state(const at::Generator &tpu) {
+  return at::Tensor(tpu.get<at::CPUGeneratorImpl>()->at::CPUGeneratorImpl::get_state());
 }
 
 // One fallback call: the arguments as they were, and what replaced them.
@@ -314,7 +276,7 @@ struct FallbackCall {
     if (gen.device().type() != kTpu) return gen;
     at::Generator cpu = at::detail::createCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
-    cpu.set_state(gen.get_state());
+    cpu.set_state(cpu_engine_state(gen));
     gens.emplace_back(gen, cpu);
     return cpu;
   }
@@ -346,7 +308,7 @@ struct FallbackCall {
     std::lock_guard<std::mutex> lock_cpu(cpu.mutex());
     std::lock_guard<std::mutex> lock_tpu(tpu.mutex());
     saved_cpu_state = cpu.get_state();
-    cpu.set_state(tpu.get_state());
+    cpu.set_state(cpu_engine_state(tpu));
     gens.emplace_back(tpu, cpu);
   }
 
@@ -358,7 +320,9 @@ struct FallbackCall {
     }
     for (auto &[tpu, cpu] : gens) {
       std::lock_guard<std::mutex> lock(tpu.mutex());
-      tpu.set_state(cpu.get_state());
+      at::Tensor state = cpu.get_state();
+      tpu.get<at::CPUGeneratorImpl>()->at::CPUGeneratorImpl::set_state(
+          *state.unsafeGetTensorImpl());
     }
     if (saved_cpu_state.defined()) {
       at::Generator cpu = at::detail::getDefaultCPUGenerator();
@@ -368,7 +332,7 @@ struct FallbackCall {
   }
 };
 
-void tpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+void tpu_fallback_impl(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const c10::FunctionSchema &schema = op.schema();
   const std::string name = c10::toString(op.operator_name());
   count_and_maybe_warn(name);
@@ -443,7 +407,15 @@ void tpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   }
 }
 
+void tpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  tpu_fallback_impl(op, stack);
+}
+
 }  // namespace
+
+void run_cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  tpu_fallback_impl(op, stack);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(tpu_empty));

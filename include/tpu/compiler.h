@@ -1,0 +1,93 @@
+/* compiler.h: graph -> vTPU executable, and the executable cache.
+ *
+ * tpu_compile turns a verified graph into a list of kernel steps over planned buffers:
+ * parameters and outputs are bound at run time to caller pointers (with the strides the
+ * graph recorded), layout ops (reshape of a dense value, transpose, broadcast_in_dim,
+ * slice, reverse) become strided views instead of copies where their consumers read
+ * strided input, and the other intermediates live in one scratch block whose offsets are
+ * planned by liveness (buffers whose lifetimes do not overlap share bytes).
+ *
+ * An executable is immutable and reference-counted; the cache holds one reference and
+ * every queued run holds another. Running is thread-compatible: concurrent runs of one
+ * executable need distinct scratch blocks.
+ */
+#ifndef TPU_COMPILER_H
+#define TPU_COMPILER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpu/allocator.h"
+#include "tpu/ir.h"
+#include "tpu/status.h"
+#include "tpu/threadpool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_executable tpu_executable_t;
+
+typedef struct tpu_compile_options {
+  /* Output |i| may share memory with an input: its producer writes into scratch and a
+   * final copy writes the output (bit i of the mask; outputs >= 64 always copy). */
+  uint64_t output_may_alias_input;
+} tpu_compile_options_t;
+
+/* Compiles |g| (verified first: a malformed graph fails with its verifier message). */
+tpu_status_t tpu_compile(const tpu_graph_t *g, const tpu_compile_options_t *options,
+                         tpu_allocator_t host, tpu_executable_t **out_exe);
+
+void tpu_executable_retain(tpu_executable_t *exe);
+void tpu_executable_release(tpu_executable_t *exe); /* frees at zero; NULL ignored */
+
+int tpu_executable_num_inputs(const tpu_executable_t *exe);
+int tpu_executable_num_outputs(const tpu_executable_t *exe);
+/* Bytes of scratch one run needs (the planned peak of intermediates). */
+size_t tpu_executable_scratch_bytes(const tpu_executable_t *exe);
+/* Sum of the sizes of all intermediates, i.e. the scratch a plan without reuse needs. */
+size_t tpu_executable_unplanned_bytes(const tpu_executable_t *exe);
+int tpu_executable_num_steps(const tpu_executable_t *exe);
+/* Output |i|'s dtype, shape and layout (false: dense; else strides copied out). */
+tpu_dtype_t tpu_executable_output_dtype(const tpu_executable_t *exe, int i);
+const tpu_shape_t *tpu_executable_output_shape(const tpu_executable_t *exe, int i);
+bool tpu_executable_output_strides(const tpu_executable_t *exe, int i,
+                                   int64_t out_strides[TPU_MAX_RANK]);
+
+/* Runs once. inputs[i] / outputs[i] point at element [0, ..., 0] of the buffers, laid out
+ * with the strides the graph gave parameter i / output i. |scratch| holds at least
+ * tpu_executable_scratch_bytes (64-byte aligned). Errors name the failing op. */
+tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs,
+                                void *const *outputs, void *scratch, tpu_pool_t *pool);
+
+/* ---- cache --------------------------------------------------------------------------- */
+
+typedef struct tpu_cache tpu_cache_t;
+
+typedef struct tpu_cache_stats {
+  uint64_t hits, misses, entries;
+  uint64_t compile_ns;  /* total time spent in compiles that were inserted */
+} tpu_cache_stats_t;
+
+tpu_status_t tpu_cache_create(tpu_allocator_t host, tpu_cache_t **out_cache);
+void tpu_cache_destroy(tpu_cache_t *cache); /* releases every executable; NULL ignored */
+
+/* 64-bit hash of a key (the same function the cache uses). */
+uint64_t tpu_cache_hash(const void *key, size_t len);
+
+/* The executable stored under |key| (bytes compared in full), retained for the caller,
+ * or NULL (a miss). Counts a hit or a miss. Thread-safe. */
+tpu_executable_t *tpu_cache_lookup(tpu_cache_t *cache, const void *key, size_t len,
+                                   uint64_t hash);
+/* Stores |exe| under |key| (the cache takes its own reference). If another thread
+ * inserted the same key first, keeps that one. |compile_ns| feeds the statistics. */
+tpu_status_t tpu_cache_insert(tpu_cache_t *cache, const void *key, size_t len, uint64_t hash,
+                              tpu_executable_t *exe, uint64_t compile_ns);
+void tpu_cache_get_stats(tpu_cache_t *cache, tpu_cache_stats_t *out_stats);
+/* Drops every entry (in-flight runs keep their executables alive). */
+void tpu_cache_clear(tpu_cache_t *cache);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_COMPILER_H */

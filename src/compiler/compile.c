@@ -1,0 +1,463 @@
+/* compile.c: graph -> executable (see include/tpu/compiler.h).
+ *
+ * One pass over the nodes decides where each value lives:
+ *   - parameters are views of inputs (with the graph's strides);
+ *   - transpose, broadcast_in_dim, slice, reverse, and reshapes whose strides allow it are
+ *     views of their operand (no step, no memory);
+ *   - every other node gets a step and a buffer: the output buffer when it is a graph
+ *     output that can be written directly, else a dense scratch buffer.
+ * Outputs that are parameters, views, repeated, or may alias inputs get a final COPY step.
+ * Scratch offsets are then assigned by liveness (first fit among live buffers).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/executable.h"
+
+#define SCRATCH_ALIGN 64
+
+typedef struct value_info {
+  view_t view;
+  bool has_view;        /* the value is readable through |view| */
+  int buffer;           /* scratch buffer backing the view, or -1 */
+  int last_use;         /* index of the last node that reads it; num_nodes for outputs */
+} value_info_t;
+
+typedef struct buffer {
+  size_t bytes;
+  int first, last;      /* node indices: defined at |first|, last read at |last| */
+  size_t offset;
+} buffer_t;
+
+typedef struct compile_state {
+  const tpu_graph_t *g;
+  tpu_allocator_t host;
+  int n;
+  value_info_t *values;
+  buffer_t *buffers;
+  int num_buffers;
+  step_t *steps;
+  int num_steps, cap_steps;
+} compile_state_t;
+
+/* ---- views ------------------------------------------------------------------------------ */
+
+static void dense_strides(const tpu_shape_t *s, int64_t *strides) {
+  int64_t st = 1;
+  for (int d = s->rank - 1; d >= 0; d--) {
+    strides[d] = st;
+    st *= s->dims[d] > 0 ? s->dims[d] : 1;
+  }
+}
+
+static view_t make_view(view_base_t base, int index, tpu_dtype_t dtype, const tpu_shape_t *shape,
+                        const int64_t *strides) {
+  view_t v;
+  memset(&v, 0, sizeof v);
+  v.base = base;
+  v.index = index;
+  v.dtype = dtype;
+  v.rank = shape->rank;
+  memcpy(v.dims, shape->dims, sizeof(int64_t) * (size_t)shape->rank);
+  if (strides) {
+    memcpy(v.strides, strides, sizeof(int64_t) * (size_t)shape->rank);
+  } else {
+    dense_strides(shape, v.strides);
+  }
+  return v;
+}
+
+/* Strides for viewing |v| with |shape| without copying (PyTorch's computeStride rule),
+ * or false if the layout does not allow it. */
+static bool reshape_strides(const view_t *v, const tpu_shape_t *shape, int64_t *out) {
+  int64_t numel = 1;
+  for (int d = 0; d < v->rank; d++) numel *= v->dims[d];
+  if (numel == 0) {
+    dense_strides(shape, out);
+    return true;
+  }
+  int view_d = shape->rank - 1;
+  int64_t chunk_base_stride = v->rank ? v->strides[v->rank - 1] : 1;
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int tensor_d = v->rank - 1; tensor_d >= 0; tensor_d--) {
+    tensor_numel *= v->dims[tensor_d];
+    if (tensor_d == 0 ||
+        (v->dims[tensor_d - 1] != 1 &&
+         v->strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape->dims[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= shape->dims[view_d];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (tensor_d > 0) {
+        chunk_base_stride = v->strides[tensor_d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  return view_d == -1;
+}
+
+/* The view a layout node gives of its operand's view, or false if it needs a copy. */
+static bool layout_view(const tpu_node_t *node, const view_t *in, view_t *out) {
+  *out = *in;
+  out->dtype = node->dtype;
+  out->rank = node->shape.rank;
+  memcpy(out->dims, node->shape.dims, sizeof(int64_t) * TPU_MAX_RANK);
+  switch (node->op) {
+    case TPU_OP_TRANSPOSE:
+      for (int d = 0; d < node->shape.rank; d++) {
+        out->strides[d] = in->strides[node->attrs.transpose.perm[d]];
+      }
+      return true;
+    case TPU_OP_BROADCAST_IN_DIM:
+      for (int d = 0; d < node->shape.rank; d++) out->strides[d] = 0;
+      for (int k = 0; k < in->rank; k++) {
+        int64_t d = node->attrs.broadcast.dims[k];
+        out->strides[d] = (in->dims[k] == 1 && node->shape.dims[d] != 1) ? 0 : in->strides[k];
+      }
+      return true;
+    case TPU_OP_SLICE:
+      for (int d = 0; d < in->rank; d++) {
+        out->elem_offset += node->attrs.slice.start[d] * in->strides[d];
+        out->strides[d] = in->strides[d] * node->attrs.slice.stride[d];
+      }
+      return true;
+    case TPU_OP_REVERSE:
+      for (int d = 0; d < in->rank; d++) {
+        if (node->attrs.reverse.dims[d] && in->dims[d] > 0) {
+          out->elem_offset += (in->dims[d] - 1) * in->strides[d];
+          out->strides[d] = -in->strides[d];
+        }
+      }
+      return true;
+    case TPU_OP_RESHAPE:
+      return reshape_strides(in, &node->shape, out->strides);
+    default:
+      return false;
+  }
+}
+
+/* Ops whose kernels write through any output strides (elementwise and fills). Others get
+ * a dense buffer and, when the destination is strided, a COPY afterwards. */
+static bool writes_strided_output(tpu_op_t op) {
+  switch (tpu_op_family(op)) {
+    case TPU_FAMILY_UNARY:
+    case TPU_FAMILY_BINARY:
+    case TPU_FAMILY_COMPARE:
+      return true;
+    case TPU_FAMILY_LEAF:
+      return op == TPU_OP_CONSTANT || op == TPU_OP_IOTA;
+    case TPU_FAMILY_SHAPE:
+      return op != TPU_OP_DYNAMIC_UPDATE_SLICE && op != TPU_OP_RESHAPE;
+    default:
+      return false;
+  }
+}
+
+/* ---- steps and buffers -------------------------------------------------------------------- */
+
+static tpu_status_t push_step(compile_state_t *cs, step_kind_t kind, const tpu_node_t *node,
+                              tpu_value_t id, const view_t *out, const tpu_value_t *operands,
+                              int num_operands, const view_t *copy_src) {
+  if (cs->num_steps == cs->cap_steps) {
+    int cap = cs->cap_steps ? cs->cap_steps * 2 : 16;
+    step_t *grown;
+    TPU_RETURN_IF_ERROR(tpu_allocator_calloc(cs->host, (size_t)cap, sizeof *grown, "compile",
+                                             (void **)&grown));
+    if (cs->num_steps) memcpy(grown, cs->steps, sizeof *grown * (size_t)cs->num_steps);
+    tpu_allocator_free(cs->host, cs->steps);
+    cs->steps = grown;
+    cs->cap_steps = cap;
+  }
+  step_t *s = &cs->steps[cs->num_steps];
+  memset(s, 0, sizeof *s);
+  s->kind = kind;
+  s->node = id;
+  s->out = *out;
+  if (kind == STEP_COPY) {
+    s->op = node ? node->op : TPU_OP_PARAMETER;
+    s->num_in = 1;
+    TPU_RETURN_IF_ERROR(
+        tpu_allocator_calloc(cs->host, 1, sizeof(view_t), "compile", (void **)&s->in));
+    s->in[0] = *copy_src;
+  } else {
+    s->op = node->op;
+    s->attrs = node->attrs;
+    s->num_in = num_operands;
+    if (num_operands) {
+      TPU_RETURN_IF_ERROR(tpu_allocator_calloc(cs->host, (size_t)num_operands, sizeof(view_t),
+                                               "compile", (void **)&s->in));
+    }
+    for (int i = 0; i < num_operands; i++) s->in[i] = cs->values[operands[i]].view;
+  }
+  cs->num_steps++;
+  return TPU_OK;
+}
+
+static tpu_status_t new_buffer(compile_state_t *cs, const tpu_node_t *node, int def,
+                               int *out_index) {
+  int64_t numel;
+  size_t bytes;
+  if (!tpu_shape_numel(&node->shape, &numel) ||
+      !tpu_size_mul((size_t)numel, tpu_dtype_size(node->dtype), &bytes) ||
+      !tpu_size_align_up(bytes ? bytes : 1, SCRATCH_ALIGN, &bytes)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "compile: buffer size overflows");
+  }
+  buffer_t *b = &cs->buffers[cs->num_buffers];
+  b->bytes = bytes;
+  b->first = def;
+  b->last = def;
+  *out_index = cs->num_buffers++;
+  return TPU_OK;
+}
+
+/* Assigns offsets so that buffers alive at the same time never overlap. */
+static tpu_status_t plan_offsets(compile_state_t *cs, size_t *out_peak, size_t *out_total) {
+  size_t peak = 0, total = 0;
+  for (int i = 0; i < cs->num_buffers; i++) {
+    buffer_t *b = &cs->buffers[i];
+    if (!tpu_size_add(total, b->bytes, &total)) {
+      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "compile: scratch size overflows");
+    }
+    size_t offset = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int j = 0; j < i; j++) {
+        const buffer_t *o = &cs->buffers[j];
+        bool live_together = o->first <= b->last && b->first <= o->last;
+        bool overlap = offset < o->offset + o->bytes && o->offset < offset + b->bytes;
+        if (live_together && overlap) {
+          offset = o->offset + o->bytes;
+          moved = true;
+        }
+      }
+    }
+    b->offset = offset;
+    if (offset + b->bytes > peak) peak = offset + b->bytes;
+  }
+  for (int s = 0; s < cs->num_steps; s++) {
+    step_t *st = &cs->steps[s];
+    if (st->out.base == BASE_SCRATCH) st->out.scratch_offset = cs->buffers[st->out.index].offset;
+    for (int i = 0; i < st->num_in; i++) {
+      if (st->in[i].base == BASE_SCRATCH) {
+        st->in[i].scratch_offset = cs->buffers[st->in[i].index].offset;
+      }
+    }
+  }
+  *out_peak = peak;
+  *out_total = total;
+  return TPU_OK;
+}
+
+/* ---- the pass ------------------------------------------------------------------------------- */
+
+static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options_t *opt) {
+  const tpu_graph_t *g = cs->g;
+  int num_outputs = tpu_graph_num_outputs(g);
+
+  /* liveness: last reader of each value */
+  for (int v = 0; v < cs->n; v++) cs->values[v].last_use = v;
+  for (int v = 0; v < cs->n; v++) {
+    const tpu_node_t *node = tpu_graph_node(g, v);
+    for (int i = 0; i < node->num_operands; i++) cs->values[node->operands[i]].last_use = v;
+  }
+  /* the output slot each value may be written into directly (first one wins) */
+  int *direct = NULL;
+  TPU_RETURN_IF_ERROR(
+      tpu_allocator_calloc(cs->host, (size_t)cs->n, sizeof(int), "compile", (void **)&direct));
+  for (int v = 0; v < cs->n; v++) direct[v] = -1;
+  for (int o = 0; o < num_outputs; o++) {
+    tpu_value_t v = tpu_graph_output_value(g, o);
+    cs->values[v].last_use = cs->n;
+    bool may_alias = o >= 64 || (opt && (opt->output_may_alias_input >> o) & 1u);
+    if (direct[v] < 0 && !may_alias) direct[v] = o;
+  }
+
+  tpu_status_t st = TPU_OK;
+  for (int v = 0; v < cs->n && st == TPU_OK; v++) {
+    const tpu_node_t *node = tpu_graph_node(g, v);
+    value_info_t *info = &cs->values[v];
+    info->buffer = -1;
+    if (node->op == TPU_OP_PARAMETER) {
+      const tpu_param_attrs_t *p = &node->attrs.param;
+      info->view = make_view(BASE_INPUT, p->index, node->dtype, &node->shape,
+                             p->strided ? p->strides : NULL);
+      info->has_view = true;
+      direct[v] = -1;
+      continue;
+    }
+    if (tpu_op_family(node->op) == TPU_FAMILY_SHAPE && node->num_operands == 1) {
+      const value_info_t *in = &cs->values[node->operands[0]];
+      view_t lv;
+      if (layout_view(node, &in->view, &lv)) {
+        info->view = lv;
+        info->has_view = true;
+        info->buffer = in->buffer;
+        direct[v] = -1;
+        continue;
+      }
+    }
+    /* a step: into the output buffer if allowed, else a dense scratch buffer */
+    int o = direct[v];
+    int64_t ostrides[TPU_MAX_RANK];
+    bool ostrided = o >= 0 && tpu_graph_output_strides(g, o, ostrides);
+    if (o >= 0 && (!ostrided || writes_strided_output(node->op))) {
+      info->view = make_view(BASE_OUTPUT, o, node->dtype, &node->shape,
+                             ostrided ? ostrides : NULL);
+    } else {
+      direct[v] = -1;
+      int b = -1;
+      st = new_buffer(cs, node, v, &b);
+      if (st != TPU_OK) break;
+      info->view = make_view(BASE_SCRATCH, b, node->dtype, &node->shape, NULL);
+      info->buffer = b;
+    }
+    info->has_view = true;
+    st = push_step(cs, STEP_NODE, node, v, &info->view, node->operands, node->num_operands,
+                   NULL);
+  }
+  /* buffer lifetimes: a buffer lives until the last read of any value it backs */
+  for (int v = 0; v < cs->n && st == TPU_OK; v++) {
+    int b = cs->values[v].buffer;
+    if (b >= 0 && cs->values[v].last_use > cs->buffers[b].last) {
+      cs->buffers[b].last = cs->values[v].last_use;
+    }
+  }
+  /* copies into outputs not written directly */
+  for (int o = 0; o < num_outputs && st == TPU_OK; o++) {
+    tpu_value_t v = tpu_graph_output_value(g, o);
+    if (direct[v] == o) continue;
+    const tpu_node_t *node = tpu_graph_node(g, v);
+    int64_t ostrides[TPU_MAX_RANK];
+    bool ostrided = tpu_graph_output_strides(g, o, ostrides);
+    view_t out = make_view(BASE_OUTPUT, o, node->dtype, &node->shape,
+                           ostrided ? ostrides : NULL);
+    st = push_step(cs, STEP_COPY, node, v, &out, NULL, 0, &cs->values[v].view);
+  }
+  tpu_allocator_free(cs->host, direct);
+  return st;
+}
+
+static void free_steps(tpu_allocator_t host, step_t *steps, int n) {
+  for (int i = 0; i < n; i++) tpu_allocator_free(host, steps[i].in);
+  tpu_allocator_free(host, steps);
+}
+
+tpu_status_t tpu_compile(const tpu_graph_t *g, const tpu_compile_options_t *options,
+                         tpu_allocator_t host, tpu_executable_t **out_exe) {
+  if (tpu_graph_status(g) != TPU_OK) {
+    return tpu_status_set(tpu_graph_status(g), "compile: the graph has a build error: %s",
+                          tpu_graph_error_message(g));
+  }
+  TPU_RETURN_IF_ERROR(tpu_graph_verify(g));
+  compile_state_t cs;
+  memset(&cs, 0, sizeof cs);
+  cs.g = g;
+  cs.host = host;
+  cs.n = tpu_graph_num_nodes(g);
+  int num_outputs = tpu_graph_num_outputs(g);
+  tpu_executable_t *exe = NULL;
+  tpu_status_t st = tpu_allocator_calloc(host, (size_t)cs.n + 1, sizeof *cs.values, "compile",
+                                         (void **)&cs.values);
+  if (st == TPU_OK) {
+    st = tpu_allocator_calloc(host, (size_t)cs.n + 1, sizeof *cs.buffers, "compile",
+                              (void **)&cs.buffers);
+  }
+  if (st == TPU_OK) st = compile_nodes(&cs, options);
+  size_t peak = 0, total = 0;
+  if (st == TPU_OK) st = plan_offsets(&cs, &peak, &total);
+  if (st == TPU_OK) st = tpu_allocator_calloc(host, 1, sizeof *exe, "compile", (void **)&exe);
+  if (st == TPU_OK) {
+    st = tpu_allocator_calloc(host, (size_t)num_outputs + 1, sizeof(tpu_dtype_t), "compile",
+                              (void **)&exe->out_dtypes);
+  }
+  if (st == TPU_OK) {
+    st = tpu_allocator_calloc(host, (size_t)num_outputs + 1, sizeof(tpu_shape_t), "compile",
+                              (void **)&exe->out_shapes);
+  }
+  if (st == TPU_OK) {
+    st = tpu_allocator_calloc(host, (size_t)num_outputs + 1, sizeof(bool), "compile",
+                              (void **)&exe->out_strided);
+  }
+  if (st == TPU_OK) {
+    st = tpu_allocator_calloc(host, (size_t)num_outputs + 1, sizeof *exe->out_strides,
+                              "compile", (void **)&exe->out_strides);
+  }
+  if (st != TPU_OK) {
+    if (exe) {
+      tpu_allocator_free(host, exe->out_strided);
+      tpu_allocator_free(host, exe->out_strides);
+      tpu_allocator_free(host, exe->out_shapes);
+      tpu_allocator_free(host, exe->out_dtypes);
+      tpu_allocator_free(host, exe);
+    }
+    free_steps(host, cs.steps, cs.num_steps);
+    tpu_allocator_free(host, cs.values);
+    tpu_allocator_free(host, cs.buffers);
+    return st;
+  }
+  atomic_init(&exe->refcount, 1);
+  exe->host = host;
+  exe->num_inputs = tpu_graph_num_params(g);
+  exe->num_outputs = num_outputs;
+  for (int o = 0; o < num_outputs; o++) {
+    const tpu_node_t *node = tpu_graph_node(g, tpu_graph_output_value(g, o));
+    exe->out_dtypes[o] = node->dtype;
+    exe->out_shapes[o] = node->shape;
+    exe->out_strided[o] = tpu_graph_output_strides(g, o, exe->out_strides[o]);
+  }
+  exe->scratch_bytes = peak;
+  exe->unplanned_bytes = total;
+  exe->num_steps = cs.num_steps;
+  exe->steps = cs.steps;
+  tpu_allocator_free(host, cs.values);
+  tpu_allocator_free(host, cs.buffers);
+  *out_exe = exe;
+  return TPU_OK;
+}
+
+void tpu_executable_retain(tpu_executable_t *exe) {
+  if (exe) atomic_fetch_add(&exe->refcount, 1);
+}
+
+void tpu_executable_release(tpu_executable_t *exe) {
+  if (!exe || atomic_fetch_sub(&exe->refcount, 1) != 1) return;
+  free_steps(exe->host, exe->steps, exe->num_steps);
+  tpu_allocator_free(exe->host, exe->out_dtypes);
+  tpu_allocator_free(exe->host, exe->out_shapes);
+  tpu_allocator_free(exe->host, exe->out_strided);
+  tpu_allocator_free(exe->host, exe->out_strides);
+  tpu_allocator_free(exe->host, exe);
+}
+
+int tpu_executable_num_inputs(const tpu_executable_t *exe) { return exe->num_inputs; }
+int tpu_executable_num_outputs(const tpu_executable_t *exe) { return exe->num_outputs; }
+size_t tpu_executable_scratch_bytes(const tpu_executable_t *exe) { return exe->scratch_bytes; }
+size_t tpu_executable_unplanned_bytes(const tpu_executable_t *exe) {
+  return exe->unplanned_bytes;
+}
+int tpu_executable_num_steps(const tpu_executable_t *exe) { return exe->num_steps; }
+tpu_dtype_t tpu_executable_output_dtype(const tpu_executable_t *exe, int i) {
+  return exe->out_dtypes[i];
+}
+const tpu_shape_t *tpu_executable_output_shape(const tpu_executable_t *exe, int i) {
+  return &exe->out_shapes[i];
+}
+
+bool tpu_executable_output_strides(const tpu_executable_t *exe, int i,
+                                   int64_t out_strides[TPU_MAX_RANK]) {
+  if (!exe->out_strided[i]) return false;
+  memcpy(out_strides, exe->out_strides[i], sizeof exe->out_strides[i]);
+  return true;
+}
+
+tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs,
+                                void *const *outputs, void *scratch, tpu_pool_t *pool) {
+  for (int i = 0; i < exe->num_steps; i++) {
+    TPU_RETURN_IF_ERROR(tpu_step_run(&exe->steps[i], inputs, outputs, scratch, pool));
+  }
+  return TPU_OK;
+}

@@ -1,0 +1,60 @@
+/* executable.h: what a compiled program is made of (internal to src/compiler).
+ *
+ * A view says where a value lives and how to read it: a base (an input, an output or the
+ * scratch block), an element offset from that base, and strides in elements. A step runs
+ * one node's kernel from operand views into an output view; COPY steps move a value into
+ * an output buffer (outputs that are parameters, views, or may alias inputs).
+ */
+#ifndef TPU_COMPILER_EXECUTABLE_H
+#define TPU_COMPILER_EXECUTABLE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "tpu/compiler.h"
+#include "tpu/kernels.h"
+
+typedef enum view_base { BASE_INPUT, BASE_OUTPUT, BASE_SCRATCH } view_base_t;
+
+typedef struct view {
+  view_base_t base;
+  int index;                    /* input or output index */
+  size_t scratch_offset;        /* bytes, BASE_SCRATCH */
+  int64_t elem_offset;          /* elements from the base pointer */
+  tpu_dtype_t dtype;
+  int rank;
+  int64_t dims[TPU_MAX_RANK];
+  int64_t strides[TPU_MAX_RANK]; /* elements; 0 = broadcast, < 0 = reversed */
+} view_t;
+
+typedef enum step_kind { STEP_NODE, STEP_COPY } step_kind_t;
+
+typedef struct step {
+  step_kind_t kind;
+  tpu_op_t op;                  /* STEP_NODE: the node's op */
+  tpu_value_t node;             /* for error messages */
+  tpu_attrs_t attrs;            /* copied from the node */
+  view_t out;
+  int num_in;
+  view_t *in;                   /* num_in operand views */
+} step_t;
+
+struct tpu_executable {
+  atomic_int refcount;
+  tpu_allocator_t host;
+  int num_inputs, num_outputs;
+  tpu_dtype_t *out_dtypes;      /* num_outputs */
+  tpu_shape_t *out_shapes;      /* num_outputs */
+  bool *out_strided;            /* num_outputs: the graph gave strides */
+  int64_t (*out_strides)[TPU_MAX_RANK]; /* num_outputs */
+  size_t scratch_bytes;         /* planned peak */
+  size_t unplanned_bytes;       /* sum of all scratch buffers */
+  int num_steps;
+  step_t *steps;
+};
+
+/* Runs one step (execute.c). */
+tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *outputs,
+                          void *scratch, tpu_pool_t *pool);
+
+#endif /* TPU_COMPILER_EXECUTABLE_H */

@@ -1,0 +1,226 @@
+/* execute.c: runs one step of an executable by calling its kernel (include/tpu/kernels.h).
+ *
+ * Views are resolved to tpu_buf_t against this run's input, output and scratch pointers.
+ * Data-movement nodes that needed a step (copies into outputs, concatenate, pad, dynamic
+ * slices) are copies into or out of strided views; scatter and dynamic_update_slice copy
+ * their operand into the output first and update it in place. Scalar operands that steer
+ * a step (rng seed and offset, dynamic-slice starts, the pad value) are read at run time.
+ * Errors are prefixed with the op and node, so a failure names what failed.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/executable.h"
+
+static tpu_buf_t resolve(const view_t *v, void *const *inputs, void *const *outputs,
+                         void *scratch) {
+  char *base;
+  switch (v->base) {
+    case BASE_INPUT: base = inputs[v->index]; break;
+    case BASE_OUTPUT: base = outputs[v->index]; break;
+    default: base = (char *)scratch + v->scratch_offset; break;
+  }
+  tpu_buf_t b;
+  b.data = base + v->elem_offset * (int64_t)tpu_dtype_size(v->dtype);
+  b.dtype = v->dtype;
+  b.rank = v->rank;
+  memcpy(b.dims, v->dims, sizeof b.dims);
+  memcpy(b.strides, v->strides, sizeof b.strides);
+  return b;
+}
+
+static int64_t scalar_i64(const tpu_buf_t *b) {
+  switch (b->dtype) {
+    case TPU_I64: return *(const int64_t *)b->data;
+    case TPU_I32: return *(const int32_t *)b->data;
+    case TPU_I16: return *(const int16_t *)b->data;
+    case TPU_I8: return *(const int8_t *)b->data;
+    case TPU_U8: return *(const uint8_t *)b->data;
+    case TPU_BOOL: return *(const uint8_t *)b->data;
+    case TPU_F32: return (int64_t)*(const float *)b->data;
+    case TPU_F64: return (int64_t)*(const double *)b->data;
+    case TPU_F16: return (int64_t)tpu_f16_to_f32(*(const uint16_t *)b->data);
+    case TPU_BF16: return (int64_t)tpu_bf16_to_f32(*(const uint16_t *)b->data);
+    default: return 0;
+  }
+}
+
+/* A sub-view of |b| starting at |start| with extent |dims| (same strides). */
+static tpu_buf_t window(const tpu_buf_t *b, const int64_t *start, const int64_t *dims) {
+  tpu_buf_t w = *b;
+  int64_t off = 0;
+  for (int d = 0; d < b->rank; d++) {
+    off += start[d] * b->strides[d];
+    w.dims[d] = dims[d];
+  }
+  w.data = (char *)b->data + off * (int64_t)tpu_dtype_size(b->dtype);
+  return w;
+}
+
+static bool same_view(const tpu_buf_t *a, const tpu_buf_t *b) {
+  return a->data == b->data && a->rank == b->rank &&
+         !memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->rank);
+}
+
+/* The value of the pad operand as a fill: double for floats, int for the rest. */
+static tpu_status_t fill_with_scalar(const tpu_buf_t *out, const tpu_buf_t *value,
+                                     tpu_pool_t *pool) {
+  double f = 0;
+  switch (value->dtype) {
+    case TPU_F32: f = *(const float *)value->data; break;
+    case TPU_F64: f = *(const double *)value->data; break;
+    case TPU_F16: f = tpu_f16_to_f32(*(const uint16_t *)value->data); break;
+    case TPU_BF16: f = tpu_bf16_to_f32(*(const uint16_t *)value->data); break;
+    default: f = (double)scalar_i64(value); break;
+  }
+  return tpu_kernel_fill(out, f, scalar_i64(value), pool);
+}
+
+static tpu_status_t run_pad(const step_t *s, const tpu_buf_t *x, const tpu_buf_t *value,
+                            const tpu_buf_t *out, tpu_pool_t *pool) {
+  TPU_RETURN_IF_ERROR(fill_with_scalar(out, value, pool));
+  /* operand element i lands at lo + i * (interior + 1); negative lo/hi crop the operand */
+  tpu_buf_t src = *x, dst = *out;
+  int64_t src_off = 0, dst_off = 0;
+  const tpu_pad_attrs_t *p = &s->attrs.pad;
+  for (int d = 0; d < x->rank; d++) {
+    int64_t step = p->interior[d] + 1;
+    int64_t first = 0; /* first operand index that lands inside the result */
+    if (p->lo[d] < 0) first = (-p->lo[d] + step - 1) / step;
+    int64_t pos = p->lo[d] + first * step; /* its position in the result */
+    int64_t count = 0;
+    if (first < x->dims[d] && pos < out->dims[d]) {
+      count = (out->dims[d] - 1 - pos) / step + 1;
+      if (count > x->dims[d] - first) count = x->dims[d] - first;
+    }
+    if (count <= 0) return TPU_OK; /* nothing of the operand survives */
+    src_off += first * x->strides[d];
+    dst_off += pos * out->strides[d];
+    src.dims[d] = count;
+    dst.dims[d] = count;
+    dst.strides[d] = out->strides[d] * step;
+  }
+  src.data = (char *)x->data + src_off * (int64_t)tpu_dtype_size(x->dtype);
+  dst.data = (char *)out->data + dst_off * (int64_t)tpu_dtype_size(out->dtype);
+  return tpu_kernel_copy(&src, &dst, pool);
+}
+
+/* Start indices of a dynamic slice, clamped into range as StableHLO specifies. */
+static void dynamic_starts(const tpu_buf_t *in, int first_operand, int rank,
+                           const int64_t *sizes, int64_t *starts) {
+  for (int d = 0; d < rank; d++) {
+    int64_t s = scalar_i64(&in[first_operand + d]);
+    int64_t hi = in[0].dims[d] - sizes[d];
+    starts[d] = s < 0 ? 0 : (s > hi ? hi : s);
+  }
+}
+
+static tpu_status_t run_node(const step_t *s, tpu_buf_t *in, const tpu_buf_t *out,
+                             tpu_pool_t *pool) {
+  const tpu_attrs_t *a = &s->attrs;
+  switch (s->op) {
+    case TPU_OP_CONSTANT:
+      return tpu_kernel_fill(out, a->constant.value, a->constant.ivalue, pool);
+    case TPU_OP_IOTA:
+      return tpu_kernel_iota(out, a->iota.dim, pool);
+    case TPU_OP_RNG:
+      return tpu_kernel_rng(a->rng.dist, (uint64_t)scalar_i64(&in[0]),
+                            (uint64_t)scalar_i64(&in[1]), out, pool);
+    case TPU_OP_COMPARE:
+      return tpu_kernel_compare(a->compare.direction, &in[0], &in[1], out, pool);
+    case TPU_OP_SELECT:
+      return tpu_kernel_select(&in[0], &in[1], &in[2], out, pool);
+    case TPU_OP_CLAMP:
+      return tpu_kernel_clamp(&in[0], &in[1], &in[2], out, pool);
+    case TPU_OP_RESHAPE: {
+      /* a reshape the layout did not allow as a view: copy in row-major order into the
+       * dense result, seen with the operand's dims */
+      tpu_buf_t dst = in[0];
+      dst.data = out->data;
+      int64_t st = 1;
+      for (int d = in[0].rank - 1; d >= 0; d--) {
+        dst.strides[d] = st;
+        st *= in[0].dims[d];
+      }
+      return tpu_kernel_copy(&in[0], &dst, pool);
+    }
+    case TPU_OP_CONCATENATE: {
+      int64_t start[TPU_MAX_RANK] = {0};
+      for (int i = 0; i < s->num_in; i++) {
+        tpu_buf_t dst = window(out, start, in[i].dims);
+        TPU_RETURN_IF_ERROR(tpu_kernel_copy(&in[i], &dst, pool));
+        start[a->concat.dim] += in[i].dims[a->concat.dim];
+      }
+      return TPU_OK;
+    }
+    case TPU_OP_PAD:
+      return run_pad(s, &in[0], &in[1], out, pool);
+    case TPU_OP_DYNAMIC_SLICE: {
+      int64_t starts[TPU_MAX_RANK];
+      dynamic_starts(in, 1, in[0].rank, a->dynamic_slice.sizes, starts);
+      tpu_buf_t src = window(&in[0], starts, a->dynamic_slice.sizes);
+      return tpu_kernel_copy(&src, out, pool);
+    }
+    case TPU_OP_DYNAMIC_UPDATE_SLICE: {
+      if (!same_view(&in[0], out)) TPU_RETURN_IF_ERROR(tpu_kernel_copy(&in[0], out, pool));
+      int64_t starts[TPU_MAX_RANK];
+      dynamic_starts(in, 2, in[0].rank, in[1].dims, starts);
+      tpu_buf_t dst = window(out, starts, in[1].dims);
+      return tpu_kernel_copy(&in[1], &dst, pool);
+    }
+    case TPU_OP_REDUCE:
+      return tpu_kernel_reduce(a->reduce.kind, &in[0], a->reduce.dims, out, pool);
+    case TPU_OP_REDUCE_WINDOW:
+      return tpu_kernel_reduce_window(&a->reduce_window, &in[0], out, pool);
+    case TPU_OP_SCAN:
+      return tpu_kernel_scan(a->scan.kind, a->scan.dim, &in[0], out, pool);
+    case TPU_OP_DOT_GENERAL:
+      return tpu_kernel_dot_general(&a->dot, &in[0], &in[1], out, pool);
+    case TPU_OP_CONVOLUTION:
+      return tpu_kernel_convolution(&a->conv, &in[0], &in[1], out, pool);
+    case TPU_OP_GATHER:
+      return tpu_kernel_gather(&a->gather, &in[0], &in[1], out, pool);
+    case TPU_OP_SCATTER:
+      if (!same_view(&in[0], out)) TPU_RETURN_IF_ERROR(tpu_kernel_copy(&in[0], out, pool));
+      return tpu_kernel_scatter(&a->scatter, out, &in[1], &in[2], out, pool);
+    case TPU_OP_SORT:
+      return tpu_kernel_sort(&a->sort, &in[0], out, NULL, pool);
+    case TPU_OP_ARGSORT:
+      return tpu_kernel_sort(&a->sort, &in[0], NULL, out, pool);
+    default:
+      break;
+  }
+  switch (tpu_op_family(s->op)) {
+    case TPU_FAMILY_UNARY:
+      return tpu_kernel_unary(s->op, &in[0], out, pool);
+    case TPU_FAMILY_BINARY:
+      return tpu_kernel_binary(s->op, &in[0], &in[1], out, pool);
+    default:
+      return tpu_status_set(TPU_ERR_UNIMPLEMENTED, "no kernel for %s", tpu_op_name(s->op));
+  }
+}
+
+tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *outputs,
+                          void *scratch, tpu_pool_t *pool) {
+  tpu_buf_t in[TPU_MAX_RANK + 2];
+  tpu_buf_t *ins = in;
+  tpu_buf_t many[64];
+  if (s->num_in > (int)(sizeof in / sizeof in[0])) {
+    if (s->num_in > (int)(sizeof many / sizeof many[0])) {
+      return tpu_status_set(TPU_ERR_UNIMPLEMENTED, "%s: more than 64 operands",
+                            tpu_op_name(s->op));
+    }
+    ins = many;
+  }
+  for (int i = 0; i < s->num_in; i++) ins[i] = resolve(&s->in[i], inputs, outputs, scratch);
+  tpu_buf_t out = resolve(&s->out, inputs, outputs, scratch);
+  tpu_status_t st = s->kind == STEP_COPY ? tpu_kernel_copy(&ins[0], &out, pool)
+                                         : run_node(s, ins, &out, pool);
+  if (st != TPU_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", tpu_status_message());
+    return tpu_status_set(st, "%s (node %d): %s", tpu_op_printed_name(s->op), (int)s->node,
+                          msg);
+  }
+  return TPU_OK;
+}

@@ -1,0 +1,162 @@
+/* compare_select.c: tpu_kernel_compare, tpu_kernel_select, tpu_kernel_clamp
+ * (include/tpu/kernels.h).
+ *
+ * compare: a and b of one dtype -> bool (NaN compares unequal to everything, so only NE
+ * is true). select: pred (bool) picks on_true or on_false, any dtype, bytes copied.
+ * clamp: min(max(x, lo), hi) in x's dtype with MAX/MIN semantics (NaN propagates);
+ * undefined for bool, as in PyTorch. All operands broadcast to out's shape.
+ */
+#include "vtpu/kernels/ew.h"
+
+/* ---- compare ------------------------------------------------------------------------------ */
+
+typedef struct compare_ctx {
+  const tpu_vec_ops_t *v;
+  tpu_compare_dir_t dir;
+  tpu_dtype_t dt;
+  tpu_ct_t ct;
+} compare_ctx;
+
+static void compare_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
+                         int64_t pos) {
+  (void)pos;
+  const compare_ctx *c = arg;
+  tpu_ew_block_t ba, bb;
+  for (int64_t i = 0; i < n; i += TPU_EW_BLOCK) {
+    int64_t m = n - i < TPU_EW_BLOCK ? n - i : TPU_EW_BLOCK;
+    int64_t sa, sb;
+    const void *a = tpu_ew_load(c->v, c->ct, ptrs[1] + i * strides[1], strides[1], c->dt, m, &ba, &sa);
+    const void *b = tpu_ew_load(c->v, c->ct, ptrs[2] + i * strides[2], strides[2], c->dt, m, &bb, &sb);
+    char *o = ptrs[0] + i * strides[0];
+    const int64_t so = strides[0];
+    switch (c->ct) {
+      case TPU_CT_F32: {
+        const float *x = a, *y = b;
+        for (int64_t j = 0; j < m; j++) o[j * so] = (char)tpu_ew_compare_float(c->dir, x[j * sa], y[j * sb]);
+        break;
+      }
+      case TPU_CT_F64: {
+        const double *x = a, *y = b;
+        for (int64_t j = 0; j < m; j++) o[j * so] = (char)tpu_ew_compare_double(c->dir, x[j * sa], y[j * sb]);
+        break;
+      }
+      default: {
+        const int64_t *x = a, *y = b;
+        for (int64_t j = 0; j < m; j++) o[j * so] = (char)tpu_ew_compare_int64_t(c->dir, x[j * sa], y[j * sb]);
+        break;
+      }
+    }
+  }
+}
+
+tpu_status_t tpu_kernel_compare(tpu_compare_dir_t dir, const tpu_buf_t *a, const tpu_buf_t *b,
+                                const tpu_buf_t *out, tpu_pool_t *pool) {
+  const tpu_buf_t *ins[2] = {a, b};
+  const char *names[3] = {"out", "a", "b"};
+  tpu_ew_iter_t it;
+  TPU_RETURN_IF_ERROR(tpu_ew_iter_init(&it, "kernel_compare", out, ins, names, 2, false));
+  if ((unsigned)dir > TPU_CMP_GE) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "kernel_compare: direction %d", (int)dir);
+  }
+  if (a->dtype != b->dtype || out->dtype != TPU_BOOL) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
+                          "kernel_compare: COMPARE needs a and b of one dtype and a bool out, "
+                          "got a %s, b %s, out %s",
+                          tpu_dtype_name(a->dtype), tpu_dtype_name(b->dtype),
+                          tpu_dtype_name(out->dtype));
+  }
+  compare_ctx c = {tpu_vec_ops(), dir, a->dtype, tpu_ct_of(a->dtype)};
+  tpu_ew_iter_run(&it, pool, compare_loop, &c);
+  return TPU_OK;
+}
+
+/* ---- select --------------------------------------------------------------------------------- */
+
+typedef struct select_ctx { size_t size; } select_ctx;
+
+#define SELECT_LOOP(T)                                                                \
+  for (int64_t i = 0; i < n; i++) {                                                   \
+    const char *src = p[i * sp] ? t + i * st : f + i * sf;                            \
+    T v;                                                                              \
+    memcpy(&v, src, sizeof v);                                                        \
+    memcpy(o + i * so, &v, sizeof v);                                                 \
+  }
+
+static void select_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
+                        int64_t pos) {
+  (void)pos;
+  const size_t size = ((const select_ctx *)arg)->size;
+  char *o = ptrs[0];
+  const char *p = ptrs[1], *t = ptrs[2], *f = ptrs[3];
+  const int64_t so = strides[0], sp = strides[1], st = strides[2], sf = strides[3];
+  switch (size) {
+    case 1: SELECT_LOOP(uint8_t); break;
+    case 2: SELECT_LOOP(uint16_t); break;
+    case 4: SELECT_LOOP(uint32_t); break;
+    default: SELECT_LOOP(uint64_t); break;
+  }
+}
+
+tpu_status_t tpu_kernel_select(const tpu_buf_t *pred, const tpu_buf_t *on_true,
+                               const tpu_buf_t *on_false, const tpu_buf_t *out,
+                               tpu_pool_t *pool) {
+  const tpu_buf_t *ins[3] = {pred, on_true, on_false};
+  const char *names[4] = {"out", "pred", "on_true", "on_false"};
+  tpu_ew_iter_t it;
+  TPU_RETURN_IF_ERROR(tpu_ew_iter_init(&it, "kernel_select", out, ins, names, 3, false));
+  if (pred->dtype != TPU_BOOL || on_true->dtype != out->dtype || on_false->dtype != out->dtype) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
+                          "kernel_select: SELECT needs a bool pred and on_true, on_false, out "
+                          "of one dtype, got pred %s, on_true %s, on_false %s, out %s",
+                          tpu_dtype_name(pred->dtype), tpu_dtype_name(on_true->dtype),
+                          tpu_dtype_name(on_false->dtype), tpu_dtype_name(out->dtype));
+  }
+  select_ctx c = {tpu_dtype_size(out->dtype)};
+  tpu_ew_iter_run(&it, pool, select_loop, &c);
+  return TPU_OK;
+}
+
+/* ---- clamp ------------------------------------------------------------------------------------ */
+
+typedef struct clamp_ctx {
+  const tpu_vec_ops_t *v;
+  tpu_dtype_t dt;
+  tpu_ct_t ct;
+} clamp_ctx;
+
+static void clamp_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
+                       int64_t pos) {
+  (void)pos;
+  const clamp_ctx *c = arg;
+  tpu_ew_block_t blo, bx, bhi, bt, bo;
+  for (int64_t i = 0; i < n; i += TPU_EW_BLOCK) {
+    int64_t m = n - i < TPU_EW_BLOCK ? n - i : TPU_EW_BLOCK;
+    int64_t slo, sx, shi;
+    const void *lo = tpu_ew_load(c->v, c->ct, ptrs[1] + i * strides[1], strides[1], c->dt, m, &blo, &slo);
+    const void *x = tpu_ew_load(c->v, c->ct, ptrs[2] + i * strides[2], strides[2], c->dt, m, &bx, &sx);
+    const void *hi = tpu_ew_load(c->v, c->ct, ptrs[3] + i * strides[3], strides[3], c->dt, m, &bhi, &shi);
+    char *o = ptrs[0] + i * strides[0];
+    void *dst = tpu_ew_out_dst(c->ct, o, strides[0], c->dt, &bo);
+    tpu_ew_binary_compute(c->v, TPU_OP_MAX, c->ct, c->dt, x, sx, lo, slo, &bt, m);
+    tpu_ew_binary_compute(c->v, TPU_OP_MIN, c->ct, c->dt, &bt, 1, hi, shi, dst, m);
+    tpu_ew_store(c->v, c->ct, dst, 1, o, strides[0], c->dt, m);
+  }
+}
+
+tpu_status_t tpu_kernel_clamp(const tpu_buf_t *lo, const tpu_buf_t *x, const tpu_buf_t *hi,
+                              const tpu_buf_t *out, tpu_pool_t *pool) {
+  const tpu_buf_t *ins[3] = {lo, x, hi};
+  const char *names[4] = {"out", "lo", "x", "hi"};
+  tpu_ew_iter_t it;
+  TPU_RETURN_IF_ERROR(tpu_ew_iter_init(&it, "kernel_clamp", out, ins, names, 3, false));
+  if (lo->dtype != out->dtype || x->dtype != out->dtype || hi->dtype != out->dtype) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
+                          "kernel_clamp: CLAMP needs one dtype, got lo %s, x %s, hi %s, out %s",
+                          tpu_dtype_name(lo->dtype), tpu_dtype_name(x->dtype),
+                          tpu_dtype_name(hi->dtype), tpu_dtype_name(out->dtype));
+  }
+  if (out->dtype == TPU_BOOL) return tpu_ew_unsupported("kernel_clamp", TPU_OP_CLAMP, TPU_BOOL);
+  clamp_ctx c = {tpu_vec_ops(), out->dtype, tpu_ct_of(out->dtype)};
+  tpu_ew_iter_run(&it, pool, clamp_loop, &c);
+  return TPU_OK;
+}

@@ -1,0 +1,51 @@
+/* ew_program.h: a fused chain of float elementwise ops in one pass over memory (internal,
+ * for the compiler's fusion of elementwise nodes; not yet in include/tpu/kernels.h).
+ *
+ * A program is straight-line code over f32 registers. Registers 0 .. num_inputs-1 hold the
+ * inputs (f32, bf16 or f16, broadcast to out's shape like the other elementwise kernels)
+ * widened to f32; the next num_consts registers hold constants; instructions write the
+ * rest. The kernel runs the program block by block (a few hundred elements, kept in L1)
+ * and rounds the result register once into out (f32, bf16 or f16). Intermediate values
+ * stay f32: on f32 tensors the result equals the unfused chain bit for bit; on bf16/f16
+ * tensors the fused chain rounds once where the unfused chain rounds after every op.
+ *
+ *   gelu(x) = x * 0.5 * (1 + erf(x / sqrt2)):
+ *   tpu_ew_program_t p = {.num_inputs = 1, .num_consts = 3,
+ *                         .consts = {0.70710678f, 1.0f, 0.5f},   // r1, r2, r3
+ *                         .num_instrs = 5, .instrs = {{TPU_OP_MUL, 4, 0, 1},
+ *                         {TPU_OP_ERF, 4, 4, 0}, {TPU_OP_ADD, 4, 4, 2},
+ *                         {TPU_OP_MUL, 4, 4, 0}, {TPU_OP_MUL, 4, 4, 3}}, .result = 4};
+ *
+ * Ops: the UNARY and BINARY float ops of ew_scalar.h (CONVERT, BITCAST_CONVERT, IS_FINITE,
+ * NOT and the integer-only ops are not allowed), computed exactly as tpu_kernel_unary /
+ * tpu_kernel_binary compute them on f32 (SIMD loops where vec.h has them).
+ */
+#ifndef TPU_VTPU_KERNELS_EW_PROGRAM_H
+#define TPU_VTPU_KERNELS_EW_PROGRAM_H
+
+#include "tpu/kernels.h"
+
+#define TPU_EW_PROGRAM_MAX_REGS 16
+#define TPU_EW_PROGRAM_MAX_INSTRS 32
+#define TPU_EW_PROGRAM_MAX_INPUTS 3
+
+typedef struct tpu_ew_instr {
+  tpu_op_t op;
+  int dst, a, b; /* registers; b is ignored by unary ops */
+} tpu_ew_instr_t;
+
+typedef struct tpu_ew_program {
+  int num_inputs;                           /* 1 .. TPU_EW_PROGRAM_MAX_INPUTS */
+  int num_consts;
+  float consts[TPU_EW_PROGRAM_MAX_REGS];    /* registers num_inputs .. + num_consts - 1 */
+  int num_instrs;
+  tpu_ew_instr_t instrs[TPU_EW_PROGRAM_MAX_INSTRS];
+  int result;                               /* the register stored to out */
+} tpu_ew_program_t;
+
+/* out = program(ins[0], ..., ins[num_inputs - 1]). Errors name "kernel_ew_program" and the
+ * offending instruction, register or dtype. */
+tpu_status_t tpu_kernel_ew_program(const tpu_ew_program_t *p, const tpu_buf_t *const *ins,
+                                   const tpu_buf_t *out, tpu_pool_t *pool);
+
+#endif /* TPU_VTPU_KERNELS_EW_PROGRAM_H */

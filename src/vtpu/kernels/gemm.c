@@ -1,0 +1,664 @@
+/* gemm.c: the MXU engine's driver (see gemm.h): numerics plans, strided axes, the
+ * portable panel packer and micro-kernel, the blocked multi-threaded GEMM loop, the f64
+ * path and the naive reference GEMM.
+ *
+ * Loop structure of tpu_gemm_run (BLIS-style, with the packing hoisted out):
+ *
+ *   for each group of batches (packed bytes bounded by kGroupBytes):
+ *     pack every A panel (mr rows x all of K') and B panel (nr cols x all of K')  [parallel]
+ *     for each task (batch, nc-block of N, mc-block of M)                          [parallel]
+ *       for pc over K' in kc steps          (B micro-panel kc x nr stays in L1)
+ *         for jr over the nc block by nr    (A block mc x kc stays in L2)
+ *           for ir over the mc block by mr: micro-kernel on an (mr, nr) tile of C
+ *
+ * An operand whose batch stride is 0 (the same matrix in every batch, e.g. a conv kernel
+ * over images) is packed once. C tiles go straight to the output when it is f32 with unit
+ * column stride; otherwise a task accumulates into an f32 scratch tile and rounds it once
+ * into C at the end. Packed panels and scratch tiles live in a per-thread workspace.
+ */
+#include "gemm.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "gemm_kernels.h"
+
+/* ---- numerics plan ----------------------------------------------------------------- */
+
+static bool mxu_dtype_ok(tpu_dtype_t dt) {
+  return dt == TPU_F32 || dt == TPU_BF16 || dt == TPU_F16 || dt == TPU_F64;
+}
+
+tpu_status_t tpu_mxu_plan_make(const char *what, tpu_dtype_t a, tpu_dtype_t b, tpu_dtype_t out,
+                               tpu_precision_t precision, tpu_mxu_plan_t *out_plan) {
+  if (!mxu_dtype_ok(a) || !mxu_dtype_ok(b) || !mxu_dtype_ok(out)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
+                          "%s: unsupported dtypes %s x %s -> %s (f32, bf16, f16, f64 only)", what,
+                          tpu_dtype_name(a), tpu_dtype_name(b), tpu_dtype_name(out));
+  }
+  if (precision != TPU_PRECISION_DEFAULT && precision != TPU_PRECISION_HIGH &&
+      precision != TPU_PRECISION_HIGHEST) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: bad precision %d", what, (int)precision);
+  }
+  tpu_mxu_plan_t p;
+  memset(&p, 0, sizeof p);
+  p.num_passes = 1;
+  if (a == TPU_F64 || b == TPU_F64) {
+    p.mode = TPU_MXU_F64;
+  } else if (a == TPU_F16 || b == TPU_F16 ||
+             (precision == TPU_PRECISION_HIGHEST && (a == TPU_F32 || b == TPU_F32))) {
+    p.mode = TPU_MXU_F32;
+  } else {
+    /* bf16 passes: hi*hi [, hi*lo, lo*hi] (components 0, 1 lo, 2 cross-pass hi; gemm.h),
+     * keeping those whose components can be nonzero (a bf16 operand has no low part). */
+    static const int8_t kA[3] = {0, 2, 1}, kB[3] = {0, 1, 2};
+    int terms = precision == TPU_PRECISION_HIGH ? 3 : 1;
+    p.mode = TPU_MXU_BF16;
+    p.num_passes = 0;
+    for (int t = 0; t < terms; t++) {
+      if ((kA[t] != 1 || a == TPU_F32) && (kB[t] != 1 || b == TPU_F32)) {
+        p.a_comp[p.num_passes] = kA[t];
+        p.b_comp[p.num_passes] = kB[t];
+        p.num_passes++;
+      }
+    }
+  }
+  *out_plan = p;
+  return TPU_OK;
+}
+
+/* ---- axes ----------------------------------------------------------------------------- */
+
+tpu_status_t tpu_gemm_axis_make(const char *what, int n, const int64_t *dims,
+                                const int64_t *strides, tpu_gemm_axis_t *out_axis,
+                                int64_t **owned) {
+  *owned = NULL;
+  int64_t size = 1;
+  for (int i = 0; i < n; i++) {
+    if (dims[i] < 0 || __builtin_mul_overflow(size, dims[i], &size)) {
+      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: dimension sizes overflow", what);
+    }
+  }
+  /* Merge dims from the innermost out: dim i folds into the running stride when
+   * stride[i] == stride[i+1] * dims[i+1]; size-1 dims never matter. */
+  int64_t stride = 0, span = 1, merged; /* span: elements covered by the merged inner dims */
+  bool affine = true, have = false;
+  for (int i = n - 1; i >= 0; i--) {
+    if (dims[i] == 1) continue;
+    if (!have) {
+      stride = strides[i];
+      span = dims[i];
+      have = true;
+    } else if (!__builtin_mul_overflow(stride, span, &merged) && strides[i] == merged) {
+      span *= dims[i];
+    } else {
+      affine = false;
+      break;
+    }
+  }
+  out_axis->size = size;
+  if (affine || size == 0) {
+    out_axis->stride = have ? stride : 0;
+    out_axis->offsets = NULL;
+    return TPU_OK;
+  }
+  size_t bytes;
+  if (!tpu_size_mul((size_t)size, sizeof(int64_t), &bytes)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: index table overflows", what);
+  }
+  int64_t *off = malloc(bytes);
+  if (!off) {
+    return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s: no host memory for %zu bytes", what, bytes);
+  }
+  /* row-major walk of the multi-index, offset updated incrementally */
+  int64_t idx[TPU_MAX_RANK] = {0}, cur = 0;
+  for (int64_t j = 0; j < size; j++) {
+    off[j] = cur;
+    for (int d = n - 1; d >= 0; d--) {
+      if (++idx[d] < dims[d]) {
+        cur += strides[d];
+        break;
+      }
+      cur -= strides[d] * (dims[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  out_axis->stride = 0;
+  out_axis->offsets = off;
+  *owned = off;
+  return TPU_OK;
+}
+
+/* ---- portable packer ------------------------------------------------------------------- */
+
+#define GEMM_MAX_WIDTH 64
+
+void tpu_gemm_pack_panel(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *src, int64_t w0,
+                         int width, int64_t kpass, void *dst) {
+  const tpu_gemm_axis_t *wax = src->w, *kax = src->k;
+  int64_t K = kax->size;
+  int wn = (int)(wax->size - w0 < width ? wax->size - w0 : width); /* valid rows */
+  int64_t woff[GEMM_MAX_WIDTH];
+  for (int i = 0; i < wn; i++) woff[i] = tpu_gemm_axis_offset(wax, w0 + i);
+  bool w_unit = !wax->offsets && wax->stride == 1;
+  bool k_unit = !kax->offsets && kax->stride == 1;
+
+  if (format == TPU_GEMM_FORMAT_F32) {
+    float *d = dst; /* (passes * kpass, width) */
+    for (int p = 0; p < src->num_passes; p++) {
+      int c = src->comp ? src->comp[p] : -1;
+      float *dp = d + (int64_t)p * kpass * width;
+      if (src->dtype == TPU_F32 && c < 0 && w_unit) {
+        for (int64_t k = 0; k < K; k++) { /* rows of the source are contiguous */
+          const float *s = (const float *)src->data + w0 + tpu_gemm_axis_offset(kax, k);
+          float *row = dp + k * width;
+          for (int i = 0; i < wn; i++) row[i] = s[i];
+          for (int i = wn; i < width; i++) row[i] = 0.0f;
+        }
+      } else if (src->dtype == TPU_F32 && c < 0 && k_unit) {
+        for (int i = 0; i < width; i++) { /* columns of the source are contiguous */
+          if (i >= wn) {
+            for (int64_t k = 0; k < K; k++) dp[k * width + i] = 0.0f;
+            continue;
+          }
+          const float *s = (const float *)src->data + woff[i];
+          for (int64_t k = 0; k < K; k++) dp[k * width + i] = s[k];
+        }
+      } else {
+        for (int64_t k = 0; k < K; k++) {
+          int64_t koff = tpu_gemm_axis_offset(kax, k);
+          float *row = dp + k * width;
+          for (int i = 0; i < wn; i++) {
+            float x = tpu_mxu_load_f32(src->data, src->dtype, woff[i] + koff);
+            row[i] = c < 0 ? x : tpu_mxu_component(x, c);
+          }
+          for (int i = wn; i < width; i++) row[i] = 0.0f;
+        }
+      }
+      for (int64_t k = K; k < kpass; k++) {
+        for (int i = 0; i < width; i++) dp[k * width + i] = 0.0f;
+      }
+    }
+    return;
+  }
+
+  uint16_t *d = dst; /* (passes * kpass / 2, width, 2) */
+  for (int p = 0; p < src->num_passes; p++) {
+    int c = src->comp[p];
+    for (int64_t k = 0; k < kpass; k++) {
+      int64_t kk = (int64_t)p * kpass + k;
+      uint16_t *slot = d + (kk >> 1) * width * 2 + (kk & 1);
+      if (k >= K) {
+        for (int i = 0; i < width; i++) slot[2 * i] = 0;
+        continue;
+      }
+      int64_t koff = tpu_gemm_axis_offset(kax, k);
+      for (int i = 0; i < wn; i++) {
+        float x = tpu_mxu_load_f32(src->data, src->dtype, woff[i] + koff);
+        slot[2 * i] = tpu_f32_to_bf16(tpu_mxu_component(x, c));
+      }
+      for (int i = wn; i < width; i++) slot[2 * i] = 0;
+    }
+  }
+}
+
+/* ---- portable micro-kernel: (4, 16) f32, mul then add ----------------------------------- */
+
+static void ukernel_portable(int64_t ksteps, const void *a_, const void *b_, float *c, int64_t ldc,
+                             bool accumulate) {
+  const float *a = a_; /* (ksteps, 4) */
+  const float *b = b_; /* (ksteps, 16) */
+  float t[4][16];
+  for (int i = 0; i < 4; i++) {
+    for (int j = 0; j < 16; j++) t[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
+  }
+  for (int64_t p = 0; p < ksteps; p++) {
+    for (int i = 0; i < 4; i++) {
+      float ai = a[p * 4 + i];
+      for (int j = 0; j < 16; j++) t[i][j] += ai * b[p * 16 + j];
+    }
+  }
+  for (int i = 0; i < 4; i++) {
+    for (int j = 0; j < 16; j++) c[i * ldc + j] = t[i][j];
+  }
+}
+
+const tpu_gemm_kernel_t tpu_gemm_kernel_portable = {
+    "portable", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, ukernel_portable, false,
+};
+
+static const tpu_gemm_kernel_t *pick_kernel(tpu_mxu_mode_t mode) {
+  const tpu_cpu_features_t *f = tpu_cpu_features();
+  if (tpu_gemm_have_x86_kernels()) {
+    if (mode == TPU_MXU_BF16 && f->avx512_bf16 && f->avx512f) return &tpu_gemm_kernel_avx512_bf16;
+    if (f->avx512f) return &tpu_gemm_kernel_avx512;
+    if (f->avx2_fma) return &tpu_gemm_kernel_avx2;
+  }
+  return &tpu_gemm_kernel_portable;
+}
+
+/* ---- the blocked driver ------------------------------------------------------------------- */
+
+static const size_t kGroupBytes = (size_t)16 << 20;  /* packed A + B per batch group */
+static const int64_t kSerialWork = (int64_t)1 << 17; /* multiply-adds below which: 1 thread */
+
+typedef struct gemm_ctx {
+  const tpu_gemm_t *g;
+  const tpu_gemm_kernel_t *kern;
+  int64_t M, N, K;
+  int passes;
+  int64_t kpass, ksteps; /* K per pass as packed; packed k steps in all */
+  int64_t mpanels, npanels;
+  size_t a_bytes, b_bytes;  /* packed bytes per batch */
+  bool a_shared, b_shared;  /* same matrix in every batch (batch stride 0): packed once */
+  int64_t pack_na, pack_nb; /* batches of A and B that the current group packs */
+  char *apk, *bpk;          /* (group, mpanels, ksteps, mr) / (group, npanels, ksteps, nr) */
+  int64_t b0, nb;           /* the current batch group */
+  int64_t nic, njc, ntasks;
+  bool direct;        /* C tiles written straight into the output */
+  float *scratch;     /* (slots, mc, nc) C tiles when not direct */
+  atomic_int_fast64_t next_task;
+} gemm_ctx;
+
+static int64_t boff(const tpu_gemm_matrix_t *m, int64_t b) {
+  return tpu_gemm_axis_offset(&m->batch, b);
+}
+
+static const void *elem_ptr(const tpu_gemm_matrix_t *m, int64_t off) {
+  return (const char *)m->data + off * (int64_t)tpu_dtype_size(m->dtype);
+}
+
+static void pack_range(void *arg, int64_t begin, int64_t end) {
+  gemm_ctx *x = arg;
+  const tpu_gemm_t *g = x->g;
+  const tpu_gemm_kernel_t *kern = x->kern;
+  bool bf16 = kern->format == TPU_GEMM_FORMAT_BF16;
+  for (int64_t it = begin; it < end; it++) {
+    bool is_a = it < x->pack_na * x->mpanels;
+    int64_t j = is_a ? it : it - x->pack_na * x->mpanels;
+    int64_t per = is_a ? x->mpanels : x->npanels;
+    int64_t bl = j / per, panel = j % per, b = x->b0 + bl;
+    int width = is_a ? kern->mr : kern->nr;
+    tpu_gemm_panel_src_t src;
+    const tpu_gemm_matrix_t *m = is_a ? &g->a : &g->b;
+    src.data = elem_ptr(m, boff(m, b));
+    src.dtype = m->dtype;
+    src.w = is_a ? &g->a.rows : &g->b.cols;
+    src.k = is_a ? &g->a.cols : &g->b.rows;
+    src.num_passes = x->passes;
+    src.comp = g->plan.mode == TPU_MXU_BF16 ? (is_a ? g->plan.a_comp : g->plan.b_comp) : NULL;
+    char *dst = (is_a ? x->apk + (size_t)bl * x->a_bytes : x->bpk + (size_t)bl * x->b_bytes) +
+                (size_t)panel * (size_t)x->ksteps * (size_t)width * 4;
+    int64_t w0 = panel * width;
+    if (kern->avx512_pack) {
+      if (bf16 ? tpu_gemm_pack_panel_bf16_avx512(&src, w0, width, x->kpass, dst)
+               : tpu_gemm_pack_panel_f32_avx512(&src, w0, width, x->kpass, dst)) {
+        continue;
+      }
+    }
+    tpu_gemm_pack_panel(kern->format, &src, w0, width, x->kpass, dst);
+  }
+}
+
+/* Rounds an (mn, nn) f32 tile (row stride ld) into C at rows i0.., cols j0.. of batch b. */
+static void store_tile(const tpu_gemm_t *g, int64_t b, int64_t i0, int64_t j0, int64_t mn,
+                       int64_t nn, const float *t, int64_t ld) {
+  const tpu_gemm_matrix_t *c = &g->c;
+  int64_t base = boff(c, b);
+  for (int64_t i = 0; i < mn; i++) {
+    int64_t ro = base + tpu_gemm_axis_offset(&c->rows, i0 + i);
+    if (c->dtype == TPU_F32) { /* the common case: f32 through strides or a table */
+      float *cf = (float *)c->data + ro;
+      const float *ti = t + i * ld;
+      if (c->cols.offsets) {
+        const int64_t *off = c->cols.offsets + j0;
+        for (int64_t j = 0; j < nn; j++) cf[off[j]] = ti[j];
+      } else {
+        int64_t s = c->cols.stride;
+        cf += j0 * s;
+        for (int64_t j = 0; j < nn; j++) cf[j * s] = ti[j];
+      }
+      continue;
+    }
+    for (int64_t j = 0; j < nn; j++) {
+      tpu_mxu_store_f32(c->data, c->dtype, ro + tpu_gemm_axis_offset(&c->cols, j0 + j),
+                        t[i * ld + j]);
+    }
+  }
+}
+
+static void run_task(gemm_ctx *x, int64_t task, float *scratch) {
+  const tpu_gemm_t *g = x->g;
+  const tpu_gemm_kernel_t *kern = x->kern;
+  const int mr = kern->mr, nr = kern->nr;
+  int64_t ic = task % x->nic, rest = task / x->nic;
+  int64_t jc = rest % x->njc, bl = rest / x->njc, b = x->b0 + bl;
+  int64_t i0 = ic * kern->mc, j0 = jc * kern->nc;
+  int64_t mcur = x->M - i0 < kern->mc ? x->M - i0 : kern->mc;
+  int64_t ncur = x->N - j0 < kern->nc ? x->N - j0 : kern->nc;
+  float *cbase;
+  int64_t ldc;
+  if (x->direct) {
+    ldc = g->c.rows.stride;
+    cbase = (float *)g->c.data + boff(&g->c, b) + i0 * ldc + j0;
+  } else {
+    ldc = kern->nc;
+    cbase = scratch;
+  }
+  const char *ab = x->apk + (x->a_shared ? 0 : (size_t)bl * x->a_bytes);
+  const char *bb = x->bpk + (x->b_shared ? 0 : (size_t)bl * x->b_bytes);
+  float edge[GEMM_MAX_WIDTH * GEMM_MAX_WIDTH]; /* (mr, nr), row stride nr */
+  memset(edge, 0, (size_t)mr * (size_t)nr * sizeof(float));
+  for (int64_t pc = 0; pc < x->ksteps; pc += kern->kc) {
+    int64_t kcur = x->ksteps - pc < kern->kc ? x->ksteps - pc : kern->kc;
+    bool acc = pc > 0;
+    for (int64_t jr = 0; jr < ncur; jr += nr) {
+      const char *bp = bb + ((size_t)((j0 + jr) / nr) * (size_t)x->ksteps + (size_t)pc) * nr * 4;
+      int nn = (int)(ncur - jr < nr ? ncur - jr : nr);
+      for (int64_t ir = 0; ir < mcur; ir += mr) {
+        const char *ap = ab + ((size_t)((i0 + ir) / mr) * (size_t)x->ksteps + (size_t)pc) * mr * 4;
+        int mn = (int)(mcur - ir < mr ? mcur - ir : mr);
+        float *ct = cbase + ir * ldc + jr;
+        if (mn == mr && nn == nr) {
+          kern->ukernel(kcur, ap, bp, ct, ldc, acc);
+          continue;
+        }
+        /* edge tile through a local (mr, nr) tile; its rows and columns past the edge
+         * hold whatever the zero-padded panels produce and are never copied back */
+        if (acc) {
+          for (int i = 0; i < mn; i++) memcpy(edge + i * nr, ct + i * ldc, (size_t)nn * 4);
+        }
+        kern->ukernel(kcur, ap, bp, edge, nr, acc);
+        for (int i = 0; i < mn; i++) memcpy(ct + i * ldc, edge + i * nr, (size_t)nn * 4);
+      }
+    }
+  }
+  if (!x->direct) store_tile(g, b, i0, j0, mcur, ncur, scratch, ldc);
+}
+
+/* One worker slot (begin = slot index): claims tasks until none are left. */
+static void compute_slot(void *arg, int64_t begin, int64_t end) {
+  gemm_ctx *x = arg;
+  (void)end;
+  float *scratch = x->scratch ? x->scratch + begin * x->kern->mc * x->kern->nc : NULL;
+  for (;;) {
+    int64_t t = atomic_fetch_add(&x->next_task, 1);
+    if (t >= x->ntasks) break;
+    run_task(x, t, scratch);
+  }
+}
+
+/* ---- workspace: packed panels and C tiles, kept per calling thread ------------------------ */
+
+/* Fresh multi-megabyte allocations cost a page fault per 4 KiB on every call (about 5% of
+ * a 1024^3 matmul), so each thread that runs GEMMs keeps its last workspace up to
+ * kCacheBytes; it is freed when the thread exits. */
+static const size_t kCacheBytes = (size_t)32 << 20;
+
+typedef struct ws_cache {
+  void *ptr;
+  size_t size;
+  bool busy;
+} ws_cache;
+
+static pthread_key_t g_ws_key;
+static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
+static bool g_ws_ok;
+
+static void ws_destroy(void *arg) {
+  ws_cache *w = arg;
+  free(w->ptr);
+  free(w);
+}
+
+static void ws_init(void) { g_ws_ok = pthread_key_create(&g_ws_key, ws_destroy) == 0; }
+
+/* |size| bytes aligned to 64 (size a multiple of 64); *out_cache says who owns it. */
+static void *ws_get(size_t size, ws_cache **out_cache) {
+  *out_cache = NULL;
+  pthread_once(&g_ws_once, ws_init);
+  if (g_ws_ok && size <= kCacheBytes) {
+    ws_cache *w = pthread_getspecific(g_ws_key);
+    if (!w && (w = calloc(1, sizeof *w)) != NULL && pthread_setspecific(g_ws_key, w) != 0) {
+      free(w);
+      w = NULL;
+    }
+    if (w && !w->busy) {
+      if (w->size < size) {
+        free(w->ptr);
+        w->ptr = aligned_alloc(64, size);
+        w->size = w->ptr ? size : 0;
+      }
+      if (w->ptr) {
+        w->busy = true;
+        *out_cache = w;
+        return w->ptr;
+      }
+    }
+  }
+  return aligned_alloc(64, size);
+}
+
+static void ws_put(void *p, ws_cache *w) {
+  if (w) {
+    w->busy = false;
+  } else {
+    free(p);
+  }
+}
+
+static tpu_status_t gemm_zero(const tpu_gemm_t *g) {
+  for (int64_t b = 0; b < g->c.batch.size; b++) {
+    for (int64_t i = 0; i < g->c.rows.size; i++) {
+      int64_t ro = boff(&g->c, b) + tpu_gemm_axis_offset(&g->c.rows, i);
+      for (int64_t j = 0; j < g->c.cols.size; j++) {
+        tpu_mxu_store_f64(g->c.data, g->c.dtype, ro + tpu_gemm_axis_offset(&g->c.cols, j), 0.0);
+      }
+    }
+  }
+  return TPU_OK;
+}
+
+/* f64: one output row per item, accumulated in f64 in k order. */
+typedef struct f64_ctx {
+  const tpu_gemm_t *g;
+  atomic_int failed;
+} f64_ctx;
+
+static void f64_rows(void *arg, int64_t begin, int64_t end) {
+  f64_ctx *x = arg;
+  const tpu_gemm_t *g = x->g;
+  int64_t M = g->a.rows.size, N = g->b.cols.size, K = g->a.cols.size;
+  double *acc = malloc((size_t)N * sizeof(double));
+  if (!acc) {
+    atomic_store(&x->failed, 1);
+    return;
+  }
+  bool fast_b = g->b.dtype == TPU_F64 && !g->b.cols.offsets;
+  for (int64_t r = begin; r < end; r++) {
+    int64_t b = r / M, m = r % M;
+    int64_t arow = boff(&g->a, b) + tpu_gemm_axis_offset(&g->a.rows, m);
+    int64_t bbase = boff(&g->b, b);
+    for (int64_t n = 0; n < N; n++) acc[n] = 0.0;
+    for (int64_t k = 0; k < K; k++) {
+      double av =
+          tpu_mxu_load_f64(g->a.data, g->a.dtype, arow + tpu_gemm_axis_offset(&g->a.cols, k));
+      int64_t brow = bbase + tpu_gemm_axis_offset(&g->b.rows, k);
+      if (fast_b) {
+        const double *bp = (const double *)g->b.data + brow;
+        int64_t s = g->b.cols.stride;
+        for (int64_t n = 0; n < N; n++) acc[n] += av * bp[n * s];
+      } else {
+        for (int64_t n = 0; n < N; n++) {
+          acc[n] += av * tpu_mxu_load_f64(g->b.data, g->b.dtype,
+                                          brow + tpu_gemm_axis_offset(&g->b.cols, n));
+        }
+      }
+    }
+    int64_t crow = boff(&g->c, b) + tpu_gemm_axis_offset(&g->c.rows, m);
+    for (int64_t n = 0; n < N; n++) {
+      tpu_mxu_store_f64(g->c.data, g->c.dtype, crow + tpu_gemm_axis_offset(&g->c.cols, n), acc[n]);
+    }
+  }
+  free(acc);
+}
+
+static tpu_status_t gemm_check(const tpu_gemm_t *g) {
+  if (g->a.rows.size != g->c.rows.size || g->b.cols.size != g->c.cols.size ||
+      g->a.cols.size != g->b.rows.size || g->a.batch.size != g->c.batch.size ||
+      g->b.batch.size != g->c.batch.size || g->c.batch.size < 0) {
+    return tpu_status_set(TPU_ERR_INTERNAL, "%s: inconsistent GEMM sizes", g->what);
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_gemm_run(const tpu_gemm_t *g, tpu_pool_t *pool) {
+  return tpu_gemm_run_kernel(g, pick_kernel(g->plan.mode), pool);
+}
+
+tpu_status_t tpu_gemm_run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
+                                 tpu_pool_t *pool) {
+  TPU_RETURN_IF_ERROR(gemm_check(g));
+  if (!kern->ukernel || kern->mr > GEMM_MAX_WIDTH || kern->nr > GEMM_MAX_WIDTH ||
+      kern->mc % kern->mr != 0 || kern->nc % kern->nr != 0 || kern->kc < 1) {
+    return tpu_status_set(TPU_ERR_INTERNAL, "%s: bad GEMM kernel %s", g->what, kern->name);
+  }
+  int64_t M = g->a.rows.size, N = g->b.cols.size, K = g->a.cols.size;
+  if (g->c.batch.size == 0 || M == 0 || N == 0) return TPU_OK;
+  if (K == 0) return gemm_zero(g);
+  int64_t work; /* multiply-adds, saturating */
+  if (__builtin_mul_overflow(g->c.batch.size, M, &work) || __builtin_mul_overflow(work, N, &work) ||
+      __builtin_mul_overflow(work, K, &work)) {
+    work = INT64_MAX;
+  }
+  if (work < kSerialWork) pool = NULL;
+
+  if (g->plan.mode == TPU_MXU_F64) {
+    f64_ctx fx = {g, 0};
+    int64_t rows;
+    if (__builtin_mul_overflow(g->c.batch.size, M, &rows)) {
+      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: too many rows", g->what);
+    }
+    int64_t grain = N * K > 0 ? 1 + kSerialWork / (N * K) : 1;
+    tpu_pool_parallel_for(pool, rows, grain, f64_rows, &fx);
+    if (atomic_load(&fx.failed)) {
+      return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s: no host memory for a row", g->what);
+    }
+    return TPU_OK;
+  }
+
+  gemm_ctx x;
+  memset(&x, 0, sizeof x);
+  x.g = g;
+  x.kern = kern;
+  x.M = M;
+  x.N = N;
+  x.K = K;
+  x.passes = g->plan.mode == TPU_MXU_BF16 ? g->plan.num_passes : 1;
+  bool bf16 = kern->format == TPU_GEMM_FORMAT_BF16;
+  x.kpass = bf16 ? K + (K & 1) : K;
+  if (__builtin_mul_overflow(x.kpass, (int64_t)x.passes, &x.ksteps)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: K too large", g->what);
+  }
+  if (bf16) x.ksteps /= 2;
+  x.mpanels = (M + kern->mr - 1) / kern->mr;
+  x.npanels = (N + kern->nr - 1) / kern->nr;
+  if (!tpu_size_mul((size_t)x.mpanels * (size_t)kern->mr * 4, (size_t)x.ksteps, &x.a_bytes) ||
+      !tpu_size_mul((size_t)x.npanels * (size_t)kern->nr * 4, (size_t)x.ksteps, &x.b_bytes)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: packed operands overflow", g->what);
+  }
+  x.a_shared = !g->a.batch.offsets && g->a.batch.stride == 0;
+  x.b_shared = !g->b.batch.offsets && g->b.batch.stride == 0;
+  size_t per_batch = (x.a_shared ? 0 : x.a_bytes) + (x.b_shared ? 0 : x.b_bytes);
+  int64_t group = per_batch ? (int64_t)(kGroupBytes / per_batch) : g->c.batch.size;
+  if (group < 1) group = 1;
+  if (group > g->c.batch.size) group = g->c.batch.size;
+  size_t abytes, bbytes;
+  if (!tpu_size_mul(x.a_bytes, x.a_shared ? 1 : (size_t)group, &abytes) ||
+      !tpu_size_mul(x.b_bytes, x.b_shared ? 1 : (size_t)group, &bbytes)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: packed operands overflow", g->what);
+  }
+  x.direct =
+      g->c.dtype == TPU_F32 && !g->c.cols.offsets && g->c.cols.stride == 1 && !g->c.rows.offsets;
+  int slots = tpu_pool_num_threads(pool);
+  size_t sbytes = x.direct ? 0 : (size_t)slots * (size_t)kern->mc * (size_t)kern->nc * 4;
+  size_t total;
+  if (!tpu_size_align_up(abytes, 64, &abytes) || !tpu_size_align_up(bbytes, 64, &bbytes) ||
+      !tpu_size_add(abytes, bbytes, &total) || !tpu_size_add(total, sbytes, &total)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: workspace overflows", g->what);
+  }
+  ws_cache *cache;
+  char *ws = ws_get(total, &cache);
+  if (!ws) {
+    return tpu_status_set(TPU_ERR_OUT_OF_MEMORY,
+                          "%s: no host memory for %zu bytes of packed "
+                          "operands",
+                          g->what, total);
+  }
+  x.apk = ws;
+  x.bpk = ws + abytes;
+  x.scratch = sbytes ? (float *)(ws + abytes + bbytes) : NULL;
+  x.nic = (M + kern->mc - 1) / kern->mc;
+  x.njc = (N + kern->nc - 1) / kern->nc;
+  for (int64_t b0 = 0; b0 < g->c.batch.size; b0 += group) {
+    x.b0 = b0;
+    x.nb = g->c.batch.size - b0 < group ? g->c.batch.size - b0 : group;
+    x.pack_na = x.a_shared ? (b0 == 0) : x.nb; /* shared operands: with the first group */
+    x.pack_nb = x.b_shared ? (b0 == 0) : x.nb;
+    int64_t items = x.pack_na * x.mpanels + x.pack_nb * x.npanels;
+    int64_t pack_grain =
+        1 + (int64_t)(((size_t)1 << 16) / ((size_t)x.ksteps * (size_t)kern->nr + 1));
+    tpu_pool_parallel_for(pool, items, pack_grain, pack_range, &x);
+    x.ntasks = x.nb * x.nic * x.njc;
+    atomic_store(&x.next_task, 0);
+    tpu_pool_parallel_for(pool, slots, 1, compute_slot, &x);
+  }
+  ws_put(ws, cache);
+  return TPU_OK;
+}
+
+/* ---- naive reference ------------------------------------------------------------------------ */
+
+tpu_status_t tpu_gemm_ref(const tpu_gemm_t *g) {
+  TPU_RETURN_IF_ERROR(gemm_check(g));
+  int64_t M = g->a.rows.size, N = g->b.cols.size, K = g->a.cols.size;
+  const tpu_mxu_plan_t *p = &g->plan;
+  for (int64_t b = 0; b < g->c.batch.size; b++) {
+    for (int64_t m = 0; m < M; m++) {
+      for (int64_t n = 0; n < N; n++) {
+        int64_t coff = boff(&g->c, b) + tpu_gemm_axis_offset(&g->c.rows, m) +
+                       tpu_gemm_axis_offset(&g->c.cols, n);
+        int64_t ar = boff(&g->a, b) + tpu_gemm_axis_offset(&g->a.rows, m);
+        int64_t bc = boff(&g->b, b) + tpu_gemm_axis_offset(&g->b.cols, n);
+        if (p->mode == TPU_MXU_F64) {
+          double acc = 0.0;
+          for (int64_t k = 0; k < K; k++) {
+            acc +=
+                tpu_mxu_load_f64(g->a.data, g->a.dtype, ar + tpu_gemm_axis_offset(&g->a.cols, k)) *
+                tpu_mxu_load_f64(g->b.data, g->b.dtype, bc + tpu_gemm_axis_offset(&g->b.rows, k));
+          }
+          tpu_mxu_store_f64(g->c.data, g->c.dtype, coff, acc);
+          continue;
+        }
+        float acc = 0.0f;
+        int passes = p->mode == TPU_MXU_BF16 ? p->num_passes : 1;
+        for (int t = 0; t < passes; t++) {
+          for (int64_t k = 0; k < K; k++) {
+            float av =
+                tpu_mxu_load_f32(g->a.data, g->a.dtype, ar + tpu_gemm_axis_offset(&g->a.cols, k));
+            float bv =
+                tpu_mxu_load_f32(g->b.data, g->b.dtype, bc + tpu_gemm_axis_offset(&g->b.rows, k));
+            if (p->mode == TPU_MXU_BF16) {
+              av = tpu_mxu_component(av, p->a_comp[t]);
+              bv = tpu_mxu_component(bv, p->b_comp[t]);
+            }
+            acc += av * bv;
+          }
+        }
+        tpu_mxu_store_f32(g->c.data, g->c.dtype, coff, acc);
+      }
+    }
+  }
+  return TPU_OK;
+}

@@ -1,0 +1,509 @@
+/* gemm_avx512.c: AVX-512 GEMM micro-kernels (vdpbf16ps bf16 pairs, and f32 FMA) and the
+ * AVX-512 panel packers for both formats (see gemm_kernels.h for the packed formats).
+ *
+ * Both micro-kernels hold a (14, 32) f32 tile of C in 28 zmm accumulators; each k step
+ * loads two zmm of B and broadcasts one 32-bit value of A per row:
+ *   bf16: c[i][j] += a[2p][i] * b[2p][j] + a[2p+1][i] * b[2p+1][j]   (vdpbf16ps, 32 MAC)
+ *   f32:  c[i][j] += a[p][i] * b[p][j]                                 (vfmadd, 16 MAC)
+ * Products of bf16 values are exact in f32; vdpbf16ps adds the two products of a pair
+ * into the f32 accumulator with round to nearest even and flushes subnormals, which is
+ * within the f32-accumulation-order tolerance of the reference.
+ *
+ * Compiled with target attributes, so the file builds with the project's generic flags;
+ * gemm.c only calls in after tpu_cpu_features() reports the ISA.
+ */
+#include "gemm_kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define TPU_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+#define TPU_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+#define TPU_AVX512BF16_INLINE TPU_AVX512BF16 __attribute__((always_inline)) inline
+#define TPU_AVX512_INLINE TPU_AVX512 __attribute__((always_inline)) inline
+
+#define ROWS14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define MR 14
+#define NR 32
+
+/* ---- micro-kernels ---------------------------------------------------------------------- */
+
+TPU_AVX512BF16 static void ukernel_bf16_14x32(int64_t ksteps, const void *a_, const void *b_,
+                                              float *c, int64_t ldc, bool accumulate) {
+  const int32_t *a = a_; /* (ksteps, 14) bf16 pairs */
+  const char *b = b_;    /* (ksteps, 32) bf16 pairs: 128 bytes per step */
+#define DECL(i) __m512 c##i##0, c##i##1;
+  ROWS14(DECL)
+#undef DECL
+  if (accumulate) {
+#define LOAD(i)                             \
+  c##i##0 = _mm512_loadu_ps(c + (i) * ldc); \
+  c##i##1 = _mm512_loadu_ps(c + (i) * ldc + 16);
+    ROWS14(LOAD)
+#undef LOAD
+  } else {
+#define ZERO(i)                  \
+  c##i##0 = _mm512_setzero_ps(); \
+  c##i##1 = _mm512_setzero_ps();
+    ROWS14(ZERO)
+#undef ZERO
+  }
+  for (int64_t p = 0; p < ksteps; p++) {
+    __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+    __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 64);
+    _mm_prefetch(b + 8 * 128, _MM_HINT_T0);
+#define STEP(i)                                      \
+  {                                                  \
+    __m512bh ai = (__m512bh)_mm512_set1_epi32(a[i]); \
+    c##i##0 = _mm512_dpbf16_ps(c##i##0, ai, b0);     \
+    c##i##1 = _mm512_dpbf16_ps(c##i##1, ai, b1);     \
+  }
+    ROWS14(STEP)
+#undef STEP
+    a += MR;
+    b += 128;
+  }
+#define STORE(i)                            \
+  _mm512_storeu_ps(c + (i) * ldc, c##i##0); \
+  _mm512_storeu_ps(c + (i) * ldc + 16, c##i##1);
+  ROWS14(STORE)
+#undef STORE
+}
+
+TPU_AVX512 static void ukernel_f32_14x32(int64_t ksteps, const void *a_, const void *b_, float *c,
+                                         int64_t ldc, bool accumulate) {
+  const float *a = a_; /* (ksteps, 14) */
+  const float *b = b_; /* (ksteps, 32) */
+#define DECL(i) __m512 c##i##0, c##i##1;
+  ROWS14(DECL)
+#undef DECL
+  if (accumulate) {
+#define LOAD(i)                             \
+  c##i##0 = _mm512_loadu_ps(c + (i) * ldc); \
+  c##i##1 = _mm512_loadu_ps(c + (i) * ldc + 16);
+    ROWS14(LOAD)
+#undef LOAD
+  } else {
+#define ZERO(i)                  \
+  c##i##0 = _mm512_setzero_ps(); \
+  c##i##1 = _mm512_setzero_ps();
+    ROWS14(ZERO)
+#undef ZERO
+  }
+  for (int64_t p = 0; p < ksteps; p++) {
+    __m512 b0 = _mm512_loadu_ps(b);
+    __m512 b1 = _mm512_loadu_ps(b + 16);
+    _mm_prefetch((const char *)(b + 8 * 32), _MM_HINT_T0);
+#define STEP(i)                                 \
+  {                                             \
+    __m512 ai = _mm512_set1_ps(a[i]);           \
+    c##i##0 = _mm512_fmadd_ps(ai, b0, c##i##0); \
+    c##i##1 = _mm512_fmadd_ps(ai, b1, c##i##1); \
+  }
+    ROWS14(STEP)
+#undef STEP
+    a += MR;
+    b += NR;
+  }
+#define STORE(i)                            \
+  _mm512_storeu_ps(c + (i) * ldc, c##i##0); \
+  _mm512_storeu_ps(c + (i) * ldc + 16, c##i##1);
+  ROWS14(STORE)
+#undef STORE
+}
+
+/* ---- bf16 packer ----------------------------------------------------------------------------- */
+
+/* bf16 component |comp| (gemm.h) of 16 f32 values, as 16 u16 (subnormals flush, as
+ * vcvtneps2bf16 does). */
+TPU_AVX512BF16_INLINE static __m256i component16(__m512 x, int comp) {
+  __m256i hi = (__m256i)_mm512_cvtneps_pbh(x);
+  if (comp == 0) return hi;
+  __m512 hif = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+  __mmask16 finite = (__mmask16)~_mm512_fpclass_ps_mask(hif, 0x99); /* not NaN or +-inf */
+  if (comp == 2) return _mm256_maskz_mov_epi16(finite, hi);
+  return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_sub_ps(finite, x, hif));
+}
+
+/* The same for 16 bf16 values (exact: no rounding, no flush). */
+TPU_AVX512BF16_INLINE static __m256i component16_bf16(__m256i h, int comp) {
+  if (comp == 0) return h;
+  if (comp == 1) return _mm256_setzero_si256();
+  __m256i e = _mm256_set1_epi16(0x7f80);
+  return _mm256_maskz_mov_epi16(_mm256_cmpneq_epi16_mask(_mm256_and_si256(h, e), e), h);
+}
+
+static inline __mmask16 first_n(int n) {
+  return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1);
+}
+
+/* 16 values (n valid) at |s|, element stride 1, component |comp|, as u16. */
+TPU_AVX512BF16_INLINE static __m256i load16(const char *s, tpu_dtype_t dt, int n, int comp) {
+  if (dt == TPU_BF16) return component16_bf16(_mm256_maskz_loadu_epi16(first_n(n), s), comp);
+  return component16(_mm512_maskz_loadu_ps(first_n(n), s), comp);
+}
+
+/* 16 values (n valid) at |s| + off[j] elements, component |comp|, as u16. */
+TPU_AVX512BF16_INLINE static __m256i gather16(const char *s, const int64_t *off, tpu_dtype_t dt,
+                                              int n, int comp) {
+  if (dt == TPU_BF16) {
+    uint16_t t[16] = {0};
+    for (int j = 0; j < n && j < 16; j++) t[j] = ((const uint16_t *)(const void *)s)[off[j]];
+    return component16_bf16(_mm256_loadu_si256((const __m256i *)t), comp);
+  }
+  __mmask16 m = first_n(n);
+  __m256 lo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), (__mmask8)m,
+                                       _mm512_maskz_loadu_epi64((__mmask8)m, off), s, 4);
+  __m256 hi = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), (__mmask8)(m >> 8),
+                                       _mm512_maskz_loadu_epi64((__mmask8)(m >> 8), off + 8), s, 4);
+  __m512 x = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  return component16(x, comp);
+}
+
+/* Rows k and k+1 of the panel are read along w, converted, zero-extended and interleaved
+ * into pairs. Each run of 16 along w is loaded directly when it is contiguous in memory
+ * (unit stride, or a table whose 16 offsets are consecutive: an output row of an implicit
+ * im2col), and gathered otherwise. */
+TPU_AVX512BF16 static void pack_bf16_rows(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                          int64_t kpass, uint32_t *d) {
+  const tpu_gemm_axis_t *wax = src->w, *kax = src->k;
+  int64_t K = kax->size;
+  int wn = (int)(wax->size - w0 < width ? wax->size - w0 : width);
+  int64_t es = (int64_t)tpu_dtype_size(src->dtype);
+  const char *base = src->data;
+  int64_t woff[64 + 16] = {0}; /* w offsets of the panel's rows */
+  bool run[4];                 /* run i/16 is contiguous */
+  for (int i = 0; i < wn; i++) woff[i] = tpu_gemm_axis_offset(wax, w0 + i);
+  for (int r = 0; r * 16 < width; r++) {
+    int n = wn - r * 16 < 16 ? wn - r * 16 : 16;
+    run[r] = n > 0;
+    for (int j = 1; j < n && run[r]; j++) run[r] = woff[r * 16 + j] == woff[r * 16] + j;
+  }
+  for (int p = 0; p < src->num_passes; p++) {
+    int c = src->comp[p];
+    for (int64_t k = 0; k < kpass; k += 2) {
+      uint32_t *row = d + ((int64_t)p * kpass + k) / 2 * width;
+      const char *s0 = k < K ? base + tpu_gemm_axis_offset(kax, k) * es : NULL;
+      const char *s1 = k + 1 < K ? base + tpu_gemm_axis_offset(kax, k + 1) * es : NULL;
+      for (int i = 0; i < width; i += 16) {
+        int n = wn - i;
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        if (n > 0 && s0) {
+          lo = _mm512_cvtepu16_epi32(run[i / 16] ? load16(s0 + woff[i] * es, src->dtype, n, c)
+                                                 : gather16(s0, woff + i, src->dtype, n, c));
+        }
+        if (n > 0 && s1) {
+          hi = _mm512_cvtepu16_epi32(run[i / 16] ? load16(s1 + woff[i] * es, src->dtype, n, c)
+                                                 : gather16(s1, woff + i, src->dtype, n, c));
+        }
+        _mm512_mask_storeu_epi32(row + i, first_n(width - i),
+                                 _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
+    }
+  }
+}
+
+/* k contiguous: 32 consecutive k of one row become 16 pairs, scattered down the panel. */
+TPU_AVX512BF16 static void pack_bf16_cols(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                          int64_t kpass, uint32_t *d) {
+  const tpu_gemm_axis_t *wax = src->w;
+  int64_t K = src->k->size;
+  int wn = (int)(wax->size - w0 < width ? wax->size - w0 : width);
+  int64_t es = (int64_t)tpu_dtype_size(src->dtype);
+  __m512i vidx =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(width));
+  for (int p = 0; p < src->num_passes; p++) {
+    int c = src->comp[p];
+    uint32_t *dp = d + (int64_t)p * kpass / 2 * width;
+    for (int i = 0; i < width; i++) {
+      if (i >= wn) {
+        for (int64_t s = 0; s < kpass / 2; s++) dp[s * width + i] = 0;
+        continue;
+      }
+      const char *row = (const char *)src->data + tpu_gemm_axis_offset(wax, w0 + i) * es;
+      for (int64_t k = 0; k < kpass; k += 32) {
+        int64_t left = K - k;
+        int n0 = left <= 0 ? 0 : left >= 16 ? 16 : (int)left;
+        int n1 = left <= 16 ? 0 : left >= 32 ? 16 : (int)(left - 16);
+        __m256i v0 = n0 ? load16(row + k * es, src->dtype, n0, c) : _mm256_setzero_si256();
+        __m256i v1 = n1 ? load16(row + (k + 16) * es, src->dtype, n1, c) : _mm256_setzero_si256();
+        __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
+        int64_t pairs = (kpass - k) / 2 < 16 ? (kpass - k) / 2 : 16;
+        _mm512_mask_i32scatter_epi32(dp + k / 2 * width + i, first_n((int)pairs), vidx, v, 4);
+      }
+    }
+  }
+}
+
+bool tpu_gemm_pack_panel_bf16_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                     int64_t kpass, void *dst) {
+  const tpu_gemm_axis_t *wax = src->w, *kax = src->k;
+  if (src->dtype != TPU_F32 && src->dtype != TPU_BF16) return false;
+  if (width > 64 || !tpu_cpu_features()->avx512_bf16) return false;
+  bool w_unit = !wax->offsets && wax->stride == 1;
+  bool k_unit = !kax->offsets && kax->stride == 1;
+  if (!w_unit && k_unit) {
+    pack_bf16_cols(src, w0, width, kpass, dst);
+  } else {
+    pack_bf16_rows(src, w0, width, kpass, dst);
+  }
+  return true;
+}
+
+/* ---- f32 packer --------------------------------------------------------------------------- */
+
+/* bf16(x) as f32, round to nearest even exactly as tpu_f32_to_bf16 (no flush), AVX-512F. */
+TPU_AVX512_INLINE static __m512 round_bf16(__m512 x) {
+  __m512i u = _mm512_castps_si512(x);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000)); /* quiet NaN */
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* Component |comp| of 16 f32 values (gemm.h; -1: the value itself). */
+TPU_AVX512_INLINE static __m512 component16_f32(__m512 x, int comp) {
+  if (comp < 0) return x;
+  __m512 hi = round_bf16(x);
+  if (comp == 0) return hi;
+  __mmask16 finite = (__mmask16)~_mm512_fpclass_ps_mask(hi, 0x99);
+  if (comp == 2) return _mm512_maskz_mov_ps(finite, hi);
+  return round_bf16(_mm512_maskz_sub_ps(finite, x, hi));
+}
+
+/* 16 values widened to f32 (n valid): contiguous at |s|, or at s + off[j] when off. */
+TPU_AVX512_INLINE static __m512 load16_f32(const char *s, const int64_t *off, tpu_dtype_t dt,
+                                           int n) {
+  __mmask16 m = first_n(n);
+  if (dt == TPU_F32) {
+    if (!off) return _mm512_maskz_loadu_ps(m, s);
+    __m256 lo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), (__mmask8)m,
+                                         _mm512_maskz_loadu_epi64((__mmask8)m, off), s, 4);
+    __m256 hi =
+        _mm512_mask_i64gather_ps(_mm256_setzero_ps(), (__mmask8)(m >> 8),
+                                 _mm512_maskz_loadu_epi64((__mmask8)(m >> 8), off + 8), s, 4);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  }
+  __m256i h;
+  if (off) {
+    uint16_t t[16] = {0};
+    for (int j = 0; j < n && j < 16; j++) t[j] = ((const uint16_t *)(const void *)s)[off[j]];
+    h = _mm256_loadu_si256((const __m256i *)t);
+  } else {
+    h = _mm256_maskz_loadu_epi16(m, s);
+  }
+  if (dt == TPU_F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16 */
+}
+
+TPU_AVX512 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                int64_t kpass, float *d) {
+  const tpu_gemm_axis_t *wax = src->w, *kax = src->k;
+  int64_t K = kax->size;
+  int wn = (int)(wax->size - w0 < width ? wax->size - w0 : width);
+  int64_t es = (int64_t)tpu_dtype_size(src->dtype);
+  const char *base = src->data;
+  bool w_unit = !wax->offsets && wax->stride == 1;
+  bool k_unit = !kax->offsets && kax->stride == 1;
+  if (!w_unit && k_unit) {
+    /* k contiguous: 16 consecutive k of one row, scattered down the panel */
+    __m512i vidx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(width));
+    for (int p = 0; p < src->num_passes; p++) {
+      int c = src->comp ? src->comp[p] : -1;
+      float *dp = d + (int64_t)p * kpass * width;
+      for (int i = 0; i < width; i++) {
+        const char *row = i < wn ? base + tpu_gemm_axis_offset(wax, w0 + i) * es : NULL;
+        for (int64_t k = 0; k < kpass; k += 16) {
+          int64_t left = K - k;
+          int n = !row || left <= 0 ? 0 : left >= 16 ? 16 : (int)left;
+          __m512 v = n ? component16_f32(load16_f32(row + k * es, NULL, src->dtype, n), c)
+                       : _mm512_setzero_ps();
+          int steps = kpass - k < 16 ? (int)(kpass - k) : 16;
+          _mm512_mask_i32scatter_ps(dp + k * width + i, first_n(steps), vidx, v, 4);
+        }
+      }
+    }
+    return;
+  }
+  int64_t woff[64 + 16] = {0};
+  bool run[4];
+  for (int i = 0; i < wn; i++) woff[i] = tpu_gemm_axis_offset(wax, w0 + i);
+  for (int r = 0; r * 16 < width; r++) {
+    int n = wn - r * 16 < 16 ? wn - r * 16 : 16;
+    run[r] = n > 0;
+    for (int j = 1; j < n && run[r]; j++) run[r] = woff[r * 16 + j] == woff[r * 16] + j;
+  }
+  for (int p = 0; p < src->num_passes; p++) {
+    int c = src->comp ? src->comp[p] : -1;
+    for (int64_t k = 0; k < kpass; k++) {
+      float *row = d + ((int64_t)p * kpass + k) * width;
+      const char *s = k < K ? base + tpu_gemm_axis_offset(kax, k) * es : NULL;
+      for (int i = 0; i < width; i += 16) {
+        int n = wn - i;
+        __m512 v = _mm512_setzero_ps();
+        if (n > 0 && s) {
+          v = component16_f32(run[i / 16] ? load16_f32(s + woff[i] * es, NULL, src->dtype, n)
+                                          : load16_f32(s, woff + i, src->dtype, n),
+                              c);
+        }
+        _mm512_mask_storeu_ps(row + i, first_n(width - i), v);
+      }
+    }
+  }
+}
+
+bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                    int64_t kpass, void *dst) {
+  if (src->dtype != TPU_F32 && src->dtype != TPU_BF16 && src->dtype != TPU_F16) return false;
+  if (width > 64 || !tpu_cpu_features()->avx512f) return false;
+  pack_f32(src, w0, width, kpass, dst);
+  return true;
+}
+
+const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
+    "avx512_bf16", TPU_GEMM_FORMAT_BF16, MR, NR, 256, 112, 512, ukernel_bf16_14x32, true,
+};
+const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
+    "avx512", TPU_GEMM_FORMAT_F32, MR, NR, 512, 224, 512, ukernel_f32_14x32, true,
+};
+
+bool tpu_gemm_have_x86_kernels(void) { return true; }
+
+#else /* not x86-64 GCC/Clang: the portable kernel only */
+
+bool tpu_gemm_pack_panel_bf16_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                     int64_t kpass, void *dst) {
+  (void)src, (void)w0, (void)width, (void)kpass, (void)dst;
+  return false;
+}
+bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                    int64_t kpass, void *dst) {
+  (void)src, (void)w0, (void)width, (void)kpass, (void)dst;
+  return false;
+}
+/* ---- f32 packer --------------------------------------------------------------------------- */
+
+/* bf16(x) as f32, round to nearest even exactly as tpu_f32_to_bf16 (no flush), AVX-512F. */
+TPU_AVX512_INLINE static __m512 round_bf16(__m512 x) {
+  __m512i u = _mm512_castps_si512(x);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000)); /* quiet NaN */
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* Component |comp| of 16 f32 values (gemm.h; -1: the value itself). */
+TPU_AVX512_INLINE static __m512 component16_f32(__m512 x, int comp) {
+  if (comp < 0) return x;
+  __m512 hi = round_bf16(x);
+  if (comp == 0) return hi;
+  __mmask16 finite = (__mmask16)~_mm512_fpclass_ps_mask(hi, 0x99);
+  if (comp == 2) return _mm512_maskz_mov_ps(finite, hi);
+  return round_bf16(_mm512_maskz_sub_ps(finite, x, hi));
+}
+
+/* 16 values widened to f32 (n valid): contiguous at |s|, or at s + off[j] when off. */
+TPU_AVX512_INLINE static __m512 load16_f32(const char *s, const int64_t *off, tpu_dtype_t dt,
+                                           int n) {
+  __mmask16 m = first_n(n);
+  if (dt == TPU_F32) {
+    if (!off) return _mm512_maskz_loadu_ps(m, s);
+    __m256 lo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), (__mmask8)m,
+                                         _mm512_maskz_loadu_epi64((__mmask8)m, off), s, 4);
+    __m256 hi =
+        _mm512_mask_i64gather_ps(_mm256_setzero_ps(), (__mmask8)(m >> 8),
+                                 _mm512_maskz_loadu_epi64((__mmask8)(m >> 8), off + 8), s, 4);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  }
+  __m256i h;
+  if (off) {
+    uint16_t t[16] = {0};
+    for (int j = 0; j < n && j < 16; j++) t[j] = ((const uint16_t *)(const void *)s)[off[j]];
+    h = _mm256_loadu_si256((const __m256i *)t);
+  } else {
+    h = _mm256_maskz_loadu_epi16(m, s);
+  }
+  if (dt == TPU_F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16 */
+}
+
+TPU_AVX512 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                int64_t kpass, float *d) {
+  const tpu_gemm_axis_t *wax = src->w, *kax = src->k;
+  int64_t K = kax->size;
+  int wn = (int)(wax->size - w0 < width ? wax->size - w0 : width);
+  int64_t es = (int64_t)tpu_dtype_size(src->dtype);
+  const char *base = src->data;
+  bool w_unit = !wax->offsets && wax->stride == 1;
+  bool k_unit = !kax->offsets && kax->stride == 1;
+  if (!w_unit && k_unit) {
+    /* k contiguous: 16 consecutive k of one row, scattered down the panel */
+    __m512i vidx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(width));
+    for (int p = 0; p < src->num_passes; p++) {
+      int c = src->comp ? src->comp[p] : -1;
+      float *dp = d + (int64_t)p * kpass * width;
+      for (int i = 0; i < width; i++) {
+        const char *row = i < wn ? base + tpu_gemm_axis_offset(wax, w0 + i) * es : NULL;
+        for (int64_t k = 0; k < kpass; k += 16) {
+          int64_t left = K - k;
+          int n = !row || left <= 0 ? 0 : left >= 16 ? 16 : (int)left;
+          __m512 v = n ? component16_f32(load16_f32(row + k * es, NULL, src->dtype, n), c)
+                       : _mm512_setzero_ps();
+          int steps = kpass - k < 16 ? (int)(kpass - k) : 16;
+          _mm512_mask_i32scatter_ps(dp + k * width + i, first_n(steps), vidx, v, 4);
+        }
+      }
+    }
+    return;
+  }
+  int64_t woff[64 + 16] = {0};
+  bool run[4];
+  for (int i = 0; i < wn; i++) woff[i] = tpu_gemm_axis_offset(wax, w0 + i);
+  for (int r = 0; r * 16 < width; r++) {
+    int n = wn - r * 16 < 16 ? wn - r * 16 : 16;
+    run[r] = n > 0;
+    for (int j = 1; j < n && run[r]; j++) run[r] = woff[r * 16 + j] == woff[r * 16] + j;
+  }
+  for (int p = 0; p < src->num_passes; p++) {
+    int c = src->comp ? src->comp[p] : -1;
+    for (int64_t k = 0; k < kpass; k++) {
+      float *row = d + ((int64_t)p * kpass + k) * width;
+      const char *s = k < K ? base + tpu_gemm_axis_offset(kax, k) * es : NULL;
+      for (int i = 0; i < width; i += 16) {
+        int n = wn - i;
+        __m512 v = _mm512_setzero_ps();
+        if (n > 0 && s) {
+          v = component16_f32(run[i / 16] ? load16_f32(s + woff[i] * es, NULL, src->dtype, n)
+                                          : load16_f32(s, woff + i, src->dtype, n),
+                              c);
+        }
+        _mm512_mask_storeu_ps(row + i, first_n(width - i), v);
+      }
+    }
+  }
+}
+
+bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                    int64_t kpass, void *dst) {
+  if (src->dtype != TPU_F32 && src->dtype != TPU_BF16 && src->dtype != TPU_F16) return false;
+  if (width > 64 || !tpu_cpu_features()->avx512f) return false;
+  pack_f32(src, w0, width, kpass, dst);
+  return true;
+}
+
+const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
+    "avx512_bf16", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, false,
+};
+const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
+    "avx512", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, false,
+};
+bool tpu_gemm_have_x86_kernels(void) { return false; }
+
+#endif

@@ -1,0 +1,78 @@
+/* gemm_kernels.h: the GEMM micro-kernels and panel packers, one set per ISA (internal).
+ *
+ * gemm.c picks one tpu_gemm_kernel_t at run time (tpu_cpu_features) and drives it:
+ *
+ *   packed A panel (mr rows):  F32 format [ksteps][mr] f32; BF16 format [ksteps][mr] u32,
+ *                              each u32 a pair (k, k+1) of bf16 (low half = k)
+ *   packed B panel (nr cols):  F32 [ksteps][nr] f32;       BF16 [ksteps][nr] u32 pairs
+ *
+ * The packed k axis is pass-major: k' = pass * Kpass + k, where Kpass is K (F32 format) or
+ * K rounded up to even (BF16 format, so that a pair never straddles two passes); the
+ * padding rows and columns are zeros. Both formats take 4 bytes per (k step, row).
+ *
+ * A micro-kernel computes one (mr, nr) f32 tile: C = (accumulate ? C : 0) + A x B over
+ * |ksteps| packed steps, C row-major with row stride ldc (elements).
+ */
+#ifndef TPU_VTPU_KERNELS_GEMM_KERNELS_H
+#define TPU_VTPU_KERNELS_GEMM_KERNELS_H
+
+#include "gemm.h"
+
+typedef enum tpu_gemm_format {
+  TPU_GEMM_FORMAT_F32,  /* f32 values (exact f32, or bf16 components widened to f32) */
+  TPU_GEMM_FORMAT_BF16, /* bf16 pairs for vdpbf16ps */
+} tpu_gemm_format_t;
+
+typedef void (*tpu_gemm_ukernel_fn)(int64_t ksteps, const void *a, const void *b, float *c,
+                                    int64_t ldc, bool accumulate);
+
+typedef struct tpu_gemm_kernel {
+  const char *name;
+  tpu_gemm_format_t format;
+  int mr, nr;     /* micro-tile of C */
+  int64_t kc;     /* packed k steps per cache block (B micro-panel kc x nr in L1) */
+  int64_t mc, nc; /* C rows / cols per task (A block mc x kc in L2), multiples of mr, nr */
+  tpu_gemm_ukernel_fn ukernel;
+  bool avx512_pack; /* fed by the AVX-512 packers (false: models a CPU without them) */
+} tpu_gemm_kernel_t;
+
+/* What one packed panel reads: element (w, k) of the source is at
+ * data + w_axis(w) + k_axis(k); w is M for A and N for B. */
+typedef struct tpu_gemm_panel_src {
+  const void *data; /* batch offset applied */
+  tpu_dtype_t dtype;
+  const tpu_gemm_axis_t *w, *k;
+  int num_passes;     /* BF16 mode: passes; F32 mode: 1 */
+  const int8_t *comp; /* (num_passes,) bf16 component per pass; NULL: raw f32 */
+} tpu_gemm_panel_src_t;
+
+/* Packs rows [w0, w0 + width) of |src| (zero past the end) into |dst| in |format|:
+ * (ksteps, width) 4-byte entries. The portable packer handles every case. */
+void tpu_gemm_pack_panel(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *src, int64_t w0,
+                         int width, int64_t kpass, void *dst);
+
+/* AVX512-BF16 packer for the BF16 format (f32 or bf16 sources, any layout: contiguous
+ * runs are loaded, the rest gathered); returns false (nothing written) when it does not
+ * apply. */
+bool tpu_gemm_pack_panel_bf16_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                     int64_t kpass, void *dst);
+
+/* AVX-512F packer for the F32 format (f32, bf16 or f16 sources, any layout); false when
+ * it does not apply. */
+bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                    int64_t kpass, void *dst);
+
+extern const tpu_gemm_kernel_t tpu_gemm_kernel_portable;    /* F32 format, plain C */
+extern const tpu_gemm_kernel_t tpu_gemm_kernel_avx2;        /* F32 format, AVX2 + FMA */
+extern const tpu_gemm_kernel_t tpu_gemm_kernel_avx512;      /* F32 format, AVX-512F */
+extern const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16; /* BF16 format, vdpbf16ps */
+
+/* tpu_gemm_run with a given kernel (tests run every kernel the CPU has; the kernel's
+ * ISA must be present). */
+tpu_status_t tpu_gemm_run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
+                                 tpu_pool_t *pool);
+
+/* Whether the compiler could build the x86 kernels (false elsewhere: portable only). */
+bool tpu_gemm_have_x86_kernels(void);
+
+#endif /* TPU_VTPU_KERNELS_GEMM_KERNELS_H */

@@ -1,0 +1,394 @@
+"""Native lowerings of the neural-network ops: convolution (1-D/2-D/3-D, groups, stride,
+padding, dilation, transposed) forward and backward, pooling (max with indices, avg,
+adaptive avg) forward and backward, batch norm (train/eval, running statistics, the
+overloads torch.compile uses), group norm, rms norm, and the random ops (rand/randn/randint, uniform_, normal_, random_,
+bernoulli, dropout, exponential_, randperm, ...). Each is compared with PyTorch on CPU on
+the same inputs, forward and backward through autograd, and checked not to use the CPU
+fallback.
+
+Tolerances:
+- Convolutions run on the MXU. At DEFAULT precision f32 operands are rounded to bf16 (one
+  pass), so these tests set HIGHEST (six bf16 passes, about f32; process-wide, because
+  autograd runs backward on its own thread) and compare with rtol/atol 1e-4 (sums of up to
+  a few hundred products); one test checks DEFAULT against a relative tolerance of ~1e-2.
+- Pooling and normalization are vector work in f32: 1e-5 (max pooling is exact), 1e-4
+  for normalization (two-pass statistics in a different summation order than CPU).
+- bf16 results are rounded once from f32 math; CPU rounds intermediates too, so bf16
+  comparisons allow a few bf16 ulps (rtol 2e-2, atol 2e-2 to 5e-2).
+- Random ops do not reproduce the CPU generator's numbers (our generator is counter-based
+  Philox; see torchtpu/csrc/lower_random.cpp): they are checked for reproducibility under
+  manual_seed, for their ranges, and for their moments within ~6 standard errors.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+
+from conftest import run_json
+
+# padding="same" with an even kernel pads asymmetrically (PyTorch warns that it copies)
+pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
+
+
+def tpu(x):
+    return x.to("tpu") if isinstance(x, torch.Tensor) else x
+
+
+def no_fallback(fn):
+    torchtpu.reset_fallback_stats()
+    out = fn()
+    torch.tpu.synchronize()
+    stats = torchtpu.fallback_stats()
+    assert not stats, f"ran through the CPU fallback: {stats}"
+    return out
+
+
+def compare(fn, *args, rtol=1e-5, atol=1e-5, grad=True, nograd=()):
+    """fn on CPU and on tpu (natively); results and the gradients of the float arguments
+    (for a random cotangent) agree within rtol/atol."""
+    def prepare(convert):
+        return [convert(a.detach().clone()).requires_grad_(grad and a.is_floating_point() and i not in nograd)
+                if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+    cpu_args, tpu_args = prepare(lambda t: t), prepare(tpu)
+    want = fn(*cpu_args)
+    got = no_fallback(lambda: fn(*tpu_args))
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    for w, g in zip(want, got):
+        assert g.device.type == "tpu"
+        torch.testing.assert_close(g.detach().cpu(), w.detach(), rtol=rtol, atol=atol, equal_nan=True)
+    if not grad:
+        return
+    pairs = [(w, g) for w, g in zip(want, got) if w.requires_grad]
+    cots = [torch.randn_like(w) for w, _ in pairs]
+    torch.autograd.backward([w for w, _ in pairs], cots)
+    no_fallback(lambda: torch.autograd.backward([g for _, g in pairs], [tpu(c) for c in cots]))
+    for a, b in zip(cpu_args, tpu_args):
+        if isinstance(a, torch.Tensor) and a.grad is not None:
+            torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=rtol, atol=atol)
+
+
+@pytest.fixture
+def highest():
+    previous = torchtpu.get_matmul_precision()
+    torchtpu.set_matmul_precision("highest")
+    yield
+    torchtpu.set_matmul_precision(previous)
+
+
+# ---- convolution ------------------------------------------------------------------------------
+
+CONVS = {
+    "2d": (lambda x, w, b: F.conv2d(x, w, b), (2, 3, 9, 9), (4, 3, 3, 3)),
+    "2d_stride_pad": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1), (2, 3, 9, 10), (4, 3, 3, 3)),
+    "2d_asym_dilation": (lambda x, w, b: F.conv2d(x, w, b, stride=(2, 3), padding=(1, 2), dilation=2),
+                         (2, 3, 11, 12), (4, 3, 3, 2)),
+    "2d_groups": (lambda x, w, b: F.conv2d(x, w, b, stride=2, groups=2), (2, 6, 10, 8), (4, 3, 3, 2)),
+    "2d_depthwise": (lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=6), (2, 6, 7, 7), (6, 1, 3, 3)),
+    "2d_same": (lambda x, w, b: F.conv2d(x, w, b, padding="same"), (2, 3, 8, 8), (4, 3, 4, 4)),
+    "1d": (lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1), (2, 3, 11), (5, 3, 4)),
+    "3d": (lambda x, w, b: F.conv3d(x, w, b, stride=2, padding=1), (1, 2, 5, 6, 7), (3, 2, 3, 3, 3)),
+    "transpose_2d": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+                     (2, 4, 5, 5), (4, 3, 3, 3)),
+    "transpose_2d_groups_dilation": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(2, 1), padding=(0, 1),
+                                                                        dilation=2, groups=2),
+                                     (2, 4, 5, 6), (4, 3, 3, 2)),
+    "transpose_1d": (lambda x, w, b: F.conv_transpose1d(x, w, b, stride=3), (2, 3, 7), (3, 2, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_convolution_forward_backward(name, highest):
+    fn, xs, ws = CONVS[name]
+    torch.manual_seed(0)
+    transposed = name.startswith("transpose")
+    groups = 2 if "groups" in name else 6 if "depthwise" in name else 1
+    channels = ws[1] * groups if transposed else ws[0]
+    compare(fn, torch.randn(xs), torch.randn(ws), torch.randn(channels), rtol=1e-4, atol=1e-4)
+
+
+def test_convolution_noncontiguous_input_and_no_bias(highest):
+    x = torch.randn(2, 9, 9, 3).permute(0, 3, 1, 2)          # channels-last strides
+    compare(lambda x, w: F.conv2d(x, w, padding=1), x, torch.randn(4, 3, 3, 3), rtol=1e-4, atol=1e-4)
+
+
+def test_convolution_default_precision_rounds_to_bf16():
+    x, w = torch.randn(2, 8, 12, 12), torch.randn(16, 8, 3, 3)
+    got = no_fallback(lambda: F.conv2d(tpu(x), tpu(w))).cpu()
+    # one MXU pass: bf16-rounded operands, f32 accumulation
+    torch.testing.assert_close(got, F.conv2d(x.bfloat16().double(), w.bfloat16().double()).float(),
+                               rtol=1e-5, atol=1e-4)
+    assert (got - F.conv2d(x, w)).abs().max() > 1e-3, "DEFAULT should not be exact f32"
+    torch.testing.assert_close(got, F.conv2d(x, w), rtol=1e-2, atol=1e-1)
+
+
+def test_convolution_bf16():
+    compare(lambda x, w, b: F.conv2d(x, w, b, padding=1), torch.randn(2, 3, 8, 8).bfloat16(),
+            torch.randn(4, 3, 3, 3).bfloat16(), torch.randn(4).bfloat16(), rtol=2e-2, atol=1e-1)
+
+
+def test_convolution_shape_errors_are_pytorchs():
+    with pytest.raises(RuntimeError):
+        F.conv2d(tpu(torch.randn(1, 3, 2, 2)), tpu(torch.randn(4, 3, 3, 3)))
+    with pytest.raises(RuntimeError):
+        F.conv2d(tpu(torch.randn(1, 4, 5, 5)), tpu(torch.randn(4, 3, 3, 3)))
+
+
+# ---- pooling ------------------------------------------------------------------------------------
+
+POOLS = {
+    "max_2": lambda x: F.max_pool2d(x, 2, return_indices=True),
+    "max_3_s2_p1_ceil": lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True, return_indices=True),
+    "max_dilation": lambda x: F.max_pool2d(x, (3, 2), (2, 1), (1, 1), dilation=(2, 3), return_indices=True),
+    "avg_3_s2": lambda x: F.avg_pool2d(x, 3, 2),
+    "avg_p1_ceil": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+    "avg_p1_ceil_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+    "avg_divisor_override": lambda x: F.avg_pool2d(x, (2, 3), (1, 2), (1, 1), divisor_override=5),
+    "adaptive_1": lambda x: F.adaptive_avg_pool2d(x, 1),
+    "adaptive_divisible": lambda x: F.adaptive_avg_pool2d(x, (3, 5)),
+    "adaptive_general": lambda x: F.adaptive_avg_pool2d(x, (4, 3)),
+    "adaptive_upsample": lambda x: F.adaptive_avg_pool2d(x, (11, 13)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOLS))
+def test_pooling_forward_backward(name):
+    torch.manual_seed(0)
+    compare(POOLS[name], torch.randn(2, 3, 9, 10))
+
+
+@pytest.mark.parametrize("name", ["max_2", "avg_3_s2", "adaptive_general"])
+def test_pooling_bf16_unbatched_noncontiguous(name):
+    x = torch.randn(9, 10, 3).permute(2, 0, 1)                # (C, H, W), not contiguous
+    compare(POOLS[name], x)
+    compare(POOLS[name], x.bfloat16(), rtol=2e-2, atol=2e-2)
+
+
+def test_max_pool_ties_nan_and_minus_inf_match_cpu():
+    x = torch.randint(0, 3, (2, 2, 8, 9)).float()              # many ties: the first max wins
+    x[0, 0, 0, 0] = float("nan")
+    x[0, 0, 2, 2] = float("nan")                               # two NaNs in a window: the last wins
+    x[1, 1, :4, :4] = float("-inf")                            # all -inf windows
+    compare(lambda x: F.max_pool2d(x, 3, 1, 1, return_indices=True), x, grad=False)
+    x = torch.randint(0, 3, (2, 2, 8, 9)).float()
+    compare(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x)   # overlapping windows
+
+
+# ---- normalization ------------------------------------------------------------------------------
+
+def _bn_train(x, w, b, rm, rv):
+    return F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.2, eps=1e-3), rm, rv
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (8, 3), (2, 3, 4, 5, 2)])
+def test_batch_norm_training_updates_running_stats(shape):
+    torch.manual_seed(0)
+    x, w, b = torch.randn(shape), torch.randn(3), torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    compare(_bn_train, x, w, b, rm, rv, rtol=1e-4, atol=1e-4, nograd=(3, 4))
+
+
+def test_batch_norm_variants():
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 3, 5, 6), torch.randn(3), torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    tol = dict(rtol=1e-4, atol=1e-4)
+    compare(lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, training=False), x, w, b, rm, rv,
+            nograd=(3, 4), **tol)
+    compare(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b, **tol)
+    compare(lambda x, rm, rv: F.batch_norm(x, rm, rv, training=True), x, rm, rv, nograd=(1, 2), **tol)
+    compare(_bn_train, torch.randn(4, 5, 6, 3).permute(0, 3, 1, 2), w, b, rm, rv, nograd=(3, 4), **tol)
+    compare(lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, training=True), x.bfloat16(), w, b, rm, rv,
+            nograd=(3, 4), rtol=2e-2, atol=2e-2)
+
+
+def test_batch_norm_overloads_of_compile_and_export():
+    """_native_batch_norm_legit (and .no_stats, _no_training) and batch_norm_backward."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 3, 5, 6), torch.randn(3), torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    aten = torch.ops.aten
+    tol = dict(rtol=1e-4, atol=1e-4, grad=False)
+    compare(lambda x, w, b, rm, rv: (*aten._native_batch_norm_legit(x, w, b, rm, rv, True, 0.1, 1e-5), rm, rv),
+            x, w, b, rm, rv, **tol)
+    compare(lambda x, w, b: aten._native_batch_norm_legit(x, w, b, True, 0.1, 1e-5), x, w, b, **tol)
+    compare(lambda x, w, b, rm, rv: aten._native_batch_norm_legit_no_training(x, w, b, rm, rv, 0.1, 1e-5)[0],
+            x, w, b, rm, rv, **tol)
+    mean, invstd = x.mean((0, 2, 3)), x.var((0, 2, 3), unbiased=False).add(1e-5).rsqrt()
+    compare(lambda g, x, w, rm, rv, m, i: aten.batch_norm_backward(g, x, w, rm, rv, m, i, True, 1e-5,
+                                                                  [True, True, True], torch.empty(0, device=x.device)),
+            torch.randn(4, 3, 5, 6), x, w, rm, rv, mean, invstd, **tol)
+
+
+def test_batch_norm_module_matches_cpu_over_steps():
+    torch.manual_seed(0)
+    cpu = torch.nn.BatchNorm2d(3, momentum=0.3)
+    dev = torch.nn.BatchNorm2d(3, momentum=0.3).to("tpu")
+    for _ in range(3):
+        x = torch.randn(4, 3, 5, 5)
+        cpu(x)
+        no_fallback(lambda: dev(tpu(x)))
+    torch.testing.assert_close(dev.running_mean.cpu(), cpu.running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dev.running_var.cpu(), cpu.running_var, rtol=1e-5, atol=1e-6)
+    assert dev.num_batches_tracked.item() == 3
+    cpu.eval(), dev.eval()
+    x = torch.randn(2, 3, 4, 4)
+    torch.testing.assert_close(no_fallback(lambda: dev(tpu(x))).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
+
+
+def test_group_norm():
+    torch.manual_seed(0)
+    x, w, b = torch.randn(3, 6, 4, 5), torch.randn(6), torch.randn(6)
+    tol = dict(rtol=1e-4, atol=1e-4)
+    compare(lambda x, w, b: F.group_norm(x, 3, w, b, eps=1e-4), x, w, b, **tol)
+    compare(lambda x: F.group_norm(x, 2), x, **tol)
+    compare(lambda x, w, b: F.group_norm(x, 3, w, b), torch.randn(4, 6), w, b, **tol)
+    compare(lambda x, w, b: F.group_norm(x, 3, w, b), x.bfloat16(), w.bfloat16(), b.bfloat16(),
+            rtol=2e-2, atol=3e-2)
+
+
+def test_rms_norm():
+    torch.manual_seed(0)
+    x = torch.randn(3, 6, 4, 5)
+    compare(lambda x, w: F.rms_norm(x, (5,), w, eps=1e-5), x, torch.randn(5), rtol=1e-4, atol=1e-4)
+    compare(lambda x, w: F.rms_norm(x, (4, 5), w), x, torch.randn(4, 5), rtol=1e-4, atol=1e-4)
+    compare(lambda x, w: F.rms_norm(x, (5,), w), x.bfloat16(), torch.randn(5).bfloat16(), rtol=2e-2, atol=2e-2)
+
+
+def test_small_cnn_trains_like_cpu(highest):
+    """conv + batch norm + relu + max/adaptive pooling + cross entropy, 4 SGD steps."""
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3, stride=2, groups=2),
+            torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.AvgPool2d(2, ceil_mode=True),
+            torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(32, 4))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(16, 3, 16, 16, generator=g), torch.randint(0, 4, (16,), generator=g)
+
+    def train(device):
+        m = model().to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        losses = []
+        for _ in range(4):
+            loss = F.cross_entropy(m(x.to(device)), y.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, m
+
+    want, cpu_model = train("cpu")
+    got, tpu_model = no_fallback(lambda: train("tpu"))
+    assert got == pytest.approx(want, rel=1e-4, abs=1e-4)
+    for a, b in zip(cpu_model.state_dict().values(), tpu_model.state_dict().values()):
+        torch.testing.assert_close(b.cpu(), a, rtol=1e-3, atol=1e-4)
+
+
+# ---- random -------------------------------------------------------------------------------------
+
+N = 200_000
+
+RANDOM = {
+    "rand": lambda: torch.rand(N, device="tpu"),
+    "rand_bf16": lambda: torch.rand(N, device="tpu", dtype=torch.bfloat16),
+    "rand_f64": lambda: torch.rand(N, device="tpu", dtype=torch.float64),
+    "randn": lambda: torch.randn(N, device="tpu"),
+    "randn_bf16": lambda: torch.randn(N, device="tpu", dtype=torch.bfloat16),
+    "uniform_": lambda: torch.empty(N, device="tpu").uniform_(-2, 3),
+    "normal_": lambda: torch.empty(N, device="tpu").normal_(1, 3),
+    "normal_tensor_mean": lambda: torch.normal(torch.full((N,), 2.0, device="tpu"), 0.5),
+    "normal_tensors": lambda: torch.normal(torch.zeros(N, device="tpu"), torch.full((N,), 2.0, device="tpu")),
+    "randint": lambda: torch.randint(3, 10, (N,), device="tpu"),
+    "randint_wide": lambda: torch.randint(-2**40, 2**40, (N,), device="tpu"),
+    "random_int64": lambda: torch.empty(N, device="tpu", dtype=torch.int64).random_(),
+    "random_f32": lambda: torch.empty(N, device="tpu").random_(),
+    "random_to": lambda: torch.empty(N, device="tpu").random_(7),
+    "random_uint8": lambda: torch.empty(N, device="tpu", dtype=torch.uint8).random_(),
+    "random_bool": lambda: torch.empty(N, device="tpu", dtype=torch.bool).random_(),
+    "bernoulli_p": lambda: torch.empty(N, device="tpu").bernoulli_(0.3),
+    "bernoulli_tensor": lambda: torch.empty(N, device="tpu").bernoulli_(torch.full((N,), 0.7, device="tpu")),
+    "bernoulli": lambda: torch.bernoulli(torch.full((N,), 0.25, device="tpu")),
+    "exponential_": lambda: torch.empty(N, device="tpu").exponential_(2.0),
+    "log_normal_": lambda: torch.empty(N, device="tpu").log_normal_(0, 0.5),
+    "geometric_": lambda: torch.empty(N, device="tpu").geometric_(0.25),
+    "cauchy_": lambda: torch.empty(N, device="tpu").cauchy_(),
+    "randperm": lambda: torch.randperm(5000, device="tpu"),
+    "dropout": lambda: F.dropout(torch.ones(N, device="tpu"), 0.2),
+}
+
+# (low, high) bounds and (mean, std) of each distribution (None: not checked)
+EXPECT = {
+    "rand": ((0, 1), (0.5, 12 ** -0.5)), "rand_bf16": ((0, 1), (0.5, 12 ** -0.5)),
+    "rand_f64": ((0, 1), (0.5, 12 ** -0.5)), "randn": (None, (0, 1)), "randn_bf16": (None, (0, 1)),
+    "uniform_": ((-2, 3), (0.5, 5 / 12 ** 0.5)), "normal_": (None, (1, 3)),
+    "normal_tensor_mean": (None, (2, 0.5)), "normal_tensors": (None, (0, 2)),
+    "randint": ((3, 10), (6, (48 / 12) ** 0.5)), "randint_wide": ((-2**40, 2**40), (0, 2**41 / 12 ** 0.5)),
+    "random_int64": ((0, 2**63), (2**62, 2**63 / 12 ** 0.5)), "random_f32": ((0, 2**24 + 1), (2**23, 2**24 / 12 ** 0.5)),
+    "random_to": ((0, 7), (3, 2)), "random_uint8": ((0, 256), (127.5, (256**2 / 12) ** 0.5)),
+    "random_bool": ((0, 2), (0.5, 0.5)), "bernoulli_p": ((0, 2), (0.3, 0.21 ** 0.5)),
+    "bernoulli_tensor": ((0, 2), (0.7, 0.21 ** 0.5)), "bernoulli": ((0, 2), (0.25, 0.1875 ** 0.5)),
+    "exponential_": ((0, None), (0.5, 0.5)), "log_normal_": ((0, None), (1.1331, 0.6039)),
+    "geometric_": ((1, None), (4, 12 ** 0.5)), "cauchy_": (None, None), "randperm": ((0, 5000), None),
+    "dropout": ((0, 1.25 + 1e-6), (1, 0.5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM))
+def test_random_reproducible_in_range_and_distributed(name):
+    fn = RANDOM[name]
+    torch.manual_seed(123)
+    a = no_fallback(fn).cpu()
+    torch.manual_seed(123)
+    b = fn().cpu()
+    c = fn().cpu()
+    assert torch.equal(a, b), "manual_seed must reproduce the numbers"
+    assert not torch.equal(b, c), "consecutive draws must differ"
+    bounds, moments = EXPECT[name]
+    v = a.double()
+    if bounds:
+        lo, hi = bounds
+        assert v.min() >= lo
+        if hi is not None:
+            assert v.max() < hi
+    if moments:
+        mean, std = moments
+        assert abs(v.mean().item() - mean) < 6 * std / len(v) ** 0.5 + 1e-12 * abs(mean)
+        assert abs(v.std().item() - std) < 0.02 * std
+
+
+def test_randperm_is_a_permutation():
+    p = no_fallback(lambda: torch.randperm(3000, device="tpu")).cpu()
+    assert torch.equal(p.sort().values, torch.arange(3000))
+
+
+def test_dropout_mask_scale_backward_and_eval():
+    x = torch.randn(10_000, device="tpu", requires_grad=True)
+    y = no_fallback(lambda: F.dropout(x, 0.3))
+    no_fallback(lambda: y.sum().backward())
+    kept = (y != 0).cpu()
+    assert 0.65 < kept.float().mean() < 0.75
+    torch.testing.assert_close(y.detach().cpu()[kept], x.detach().cpu()[kept] / 0.7)
+    assert torch.equal((x.grad != 0).cpu(), kept)
+    torch.testing.assert_close(x.grad.cpu()[kept], torch.full((int(kept.sum()),), 1 / 0.7))
+    assert torch.equal(no_fallback(lambda: F.dropout(x, 0.3, training=False)).cpu(), x.detach().cpu())
+    assert torch.equal(no_fallback(lambda: F.dropout(x, 1.0)).cpu(), torch.zeros(10_000))
+    out, mask = torch.ops.aten.native_dropout(tpu(torch.ones(4, 5)), 0.5, False)
+    assert torch.equal(out.cpu(), torch.ones(4, 5)) and mask.dtype == torch.bool and bool(mask.all())
+
+
+def test_random_numbers_are_the_same_in_debug_mode():
+    """The numbers come from (seed, offset) alone: strict and debug eager agree."""
+    code = """
+        import torch, torchtpu
+        torch.manual_seed(7)
+        a = torch.rand(1000, device="tpu")
+        b = torch.randn(1000, device="tpu", dtype=torch.bfloat16)
+        c = torch.nn.functional.dropout(torch.ones(1000, device="tpu"), 0.5)
+        emit([a.sum().item(), b.float().sum().item(), c.sum().item()])
+    """
+    strict = run_json(code)
+    debug = run_json(code, {"TORCHTPU_EAGER": "debug"})
+    assert strict == debug

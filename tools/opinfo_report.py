@@ -1,0 +1,58 @@
+"""Runs every OpInfo of PyTorch's op_db on tpu (float32 and bfloat16 samples) against CPU
+and prints passed / failed / skipped, plus how many passing ops ran fully natively.
+
+Run:  .venv/bin/python tools/opinfo_report.py [--dtypes float32,bfloat16] [--limit N]
+An op "passes" when every sample matches CPU; "native" when it also used no CPU fallback.
+"""
+import argparse
+import os
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+
+import torch  # noqa: E402
+import torchtpu  # noqa: E402
+from opinfo_check import op_db, run_sample  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtypes", default="float32")
+    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    torchtpu.set_fallback_mode("silent")
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "native": 0}
+    start = time.time()
+    ops = op_db[: args.limit] if args.limit else op_db
+    for op in ops:
+        name = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+        for dtype in dtypes:
+            if dtype not in op.supported_dtypes("cpu"):
+                counts["skipped"] += 1
+                continue
+            torchtpu.reset_fallback_stats()
+            try:
+                samples = list(op.sample_inputs("tpu", dtype, requires_grad=False))
+                for sample in samples:
+                    run_sample(op, sample, dtype)
+                torch.tpu.synchronize()
+            except Exception as e:  # noqa: BLE001 - we count every kind of failure
+                counts["failed"] += 1
+                if args.verbose:
+                    print(f"FAIL {name} {dtype}: {type(e).__name__}: {str(e)[:200]}")
+                continue
+            counts["passed"] += 1
+            if not torchtpu.fallback_stats():
+                counts["native"] += 1
+    print(f"op_db: {len(ops)} OpInfos x {len(dtypes)} dtypes in {time.time() - start:.0f} s")
+    print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
+          f"({counts['native']} of the passed ran with no CPU fallback)")
+
+
+if __name__ == "__main__":
+    main()

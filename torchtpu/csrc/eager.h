@@ -1,0 +1,46 @@
+// eager.h: the settings eager execution reads on every op: the eager mode
+// (TORCHTPU_EAGER, TPU_LAUNCH_BLOCKING), the matmul precision (torch.tpu.precision,
+// torchtpu.set_matmul_precision), compile logging, and the random-number offsets.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+
+extern "C" {
+#include "tpu/compiler.h"
+#include "tpu/ir.h"
+}
+
+namespace torchtpu {
+
+enum class EagerMode { Strict, Debug };
+
+// TORCHTPU_EAGER=strict (default) | debug; TPU_LAUNCH_BLOCKING=1 also means debug.
+EagerMode eager_mode();
+void set_eager_mode(EagerMode mode);
+
+// TORCHTPU_NATIVE=0 disables native kernels (every op takes the CPU fallback).
+bool native_disabled();
+
+// The precision of f32 matmuls and convolutions. Process-wide, not per thread: the
+// backward pass runs on autograd's device threads and must see the same setting.
+tpu_precision_t current_precision();
+void set_precision(tpu_precision_t p);
+
+// With TORCHTPU_LOG_RECOMPILES=1, prints one line per compile.
+void log_compile(const std::string &op, const tpu_executable_t *exe, uint64_t ns);
+
+// Reserves |count| random numbers of chip |index|'s generator: the (seed, offset) the
+// kernel must use. Advances the generator's offset.
+void reserve_philox(c10::DeviceIndex index, int64_t count, uint64_t *seed, uint64_t *offset);
+
+at::ScalarType to_scalar_type(tpu_dtype_t t);
+
+// Statistics of the eager executable cache.
+void eager_cache_stats(uint64_t *hits, uint64_t *misses, uint64_t *entries,
+                       uint64_t *compile_ns);
+
+}  // namespace torchtpu

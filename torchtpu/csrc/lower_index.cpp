@@ -1,0 +1,667 @@
+// lower_index.cpp: lowerings of the indexing ops: gather, scatter (src, value, add,
+// reduce="add"/"sum"), advanced indexing x[i, j] (index, _unsafe_index), index_put_
+// (_index_put_impl_), index_fill, index_copy, index_add, sort, topk, kthvalue, median
+// along a dim, flip, roll, repeat, constant_pad_nd and narrow_copy.
+//
+// Indices are never clamped: every gather/scatter of user indices sets check_bounds, so an
+// out-of-range index is an IndexError naming the op at the next sync (at the op itself in
+// debug mode). Advanced indexing (x[idx], x[idx] = v, index_fill) wraps negative indices
+// first, as PyTorch does; torch.gather/scatter/index_copy/index_add do not (a negative
+// index is an error there too).
+//
+// Left to the CPU fallback (data-dependent result shapes, which a compiled graph cannot
+// have): boolean-mask indexing x[mask] (index with bool/uint8 indices), masked_select,
+// nonzero. x[mask] = v with a one-element v is native (a select).
+//
+// Sums (scatter_add, index_add, accumulating index_put_) of bf16/f16 accumulate in f32 and
+// are rounded once; replacing scatters move values in their own dtype.
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "native.h"
+
+namespace torchtpu {
+namespace {
+
+tpu_value_t bin(LowerCtx &ctx, tpu_op_t op, tpu_value_t a, tpu_value_t b) {
+  return tpu_graph_binary(ctx.g, op, a, b);
+}
+
+int64_t numel(const tpu_shape_t &s) {
+  int64_t n = 1;
+  for (int d = 0; d < s.rank; d++) n *= s.dims[d];
+  return n;
+}
+
+tpu_shape_t append_dim(tpu_shape_t s, int64_t n) {
+  if (s.rank >= TPU_MAX_RANK) throw Unsupported("rank above 8");
+  s.dims[s.rank++] = n;
+  return s;
+}
+
+// Index values as i64, negative ones wrapped by |size| (advanced indexing semantics).
+tpu_value_t wrap_negative(LowerCtx &ctx, tpu_value_t idx, int64_t size) {
+  idx = convert(ctx.g, idx, TPU_I64);
+  tpu_shape_t s = shape_of(ctx.g, idx);
+  tpu_value_t neg = tpu_graph_compare(ctx.g, TPU_CMP_LT, idx, full(ctx.g, TPU_I64, s, 0));
+  return tpu_graph_select(ctx.g, neg, bin(ctx, TPU_OP_ADD, idx, full(ctx.g, TPU_I64, s, static_cast<double>(size))), idx);
+}
+
+// ---- gather / scatter along a dim (torch.gather, torch.scatter) ------------------------------
+
+// The full coordinates (index.shape..., r) of an elementwise gather/scatter along |dim|:
+// coordinate d is the position itself except along |dim|, where it is the index value.
+tpu_value_t coordinates(LowerCtx &ctx, tpu_value_t index, int64_t dim, int rank) {
+  tpu_shape_t is = shape_of(ctx.g, index);
+  tpu_shape_t one = append_dim(is, 1);
+  std::vector<tpu_value_t> parts;
+  for (int d = 0; d < rank; d++) {
+    tpu_value_t c = d == dim ? convert(ctx.g, index, TPU_I64) : tpu_graph_iota(ctx.g, TPU_I64, &is, d);
+    parts.push_back(tpu_graph_reshape(ctx.g, c, &one));
+  }
+  if (parts.size() == 1) return parts[0];
+  return tpu_graph_concatenate(ctx.g, parts.data(), static_cast<int>(parts.size()), is.rank);
+}
+
+// self and index as rank >= 1 (PyTorch allows 0-d tensors here).
+void at_least_1d(LowerCtx &ctx, tpu_value_t &v) {
+  if (shape_of(ctx.g, v).rank == 0) {
+    tpu_shape_t one{1, {1}};
+    v = tpu_graph_reshape(ctx.g, v, &one);
+  }
+}
+
+// gather(self, dim, index, sparse_grad)
+void gather(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0), index = ctx.v(2);
+  at_least_1d(ctx, x);
+  at_least_1d(ctx, index);
+  tpu_shape_t xs = shape_of(ctx.g, x), out = ctx.out_shape();
+  if (numel(out) == 0) {
+    ctx.results = {full(ctx.g, dtype_of(ctx.g, x), out, 0)};
+    return;
+  }
+  int64_t dim = wrap_dim(ctx.arg(1).toInt(), xs.rank);
+  tpu_value_t where = coordinates(ctx, index, dim, xs.rank);
+  tpu_gather_attrs_t a{};
+  a.num_offset_dims = 0;
+  a.num_collapsed = a.num_start_index_map = xs.rank;
+  for (int d = 0; d < xs.rank; d++) {
+    a.collapsed_slice_dims[d] = a.start_index_map[d] = d;
+    a.slice_sizes[d] = 1;
+  }
+  a.index_vector_dim = shape_of(ctx.g, index).rank;
+  a.check_bounds = true;
+  ctx.results = {tpu_graph_reshape(ctx.g, tpu_graph_gather(ctx.g, x, where, &a), &out)};
+}
+
+enum class Combine { Replace, Add };
+
+// x with updates (index-shaped) written/added at the coordinates of |index| along |dim|.
+tpu_value_t scatter_elements(LowerCtx &ctx, tpu_value_t x, int64_t dim, tpu_value_t index,
+                             tpu_value_t updates, Combine how) {
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  tpu_value_t where = coordinates(ctx, index, dim, xs.rank);
+  tpu_scatter_attrs_t a{};
+  a.num_update_window_dims = 0;
+  a.num_inserted_window_dims = a.num_scatter_dims = xs.rank;
+  for (int d = 0; d < xs.rank; d++) a.inserted_window_dims[d] = a.scatter_dims_to_operand_dims[d] = d;
+  a.index_vector_dim = shape_of(ctx.g, index).rank;
+  a.kind = how == Combine::Add ? TPU_SCATTER_ADD : TPU_SCATTER_REPLACE;
+  a.check_bounds = true;
+  return tpu_graph_scatter(ctx.g, x, where, updates, &a);
+}
+
+// The leading index-shaped block of src (src may be larger than index in every dim).
+tpu_value_t crop_to(LowerCtx &ctx, tpu_value_t src, const tpu_shape_t &is) {
+  tpu_shape_t ss = shape_of(ctx.g, src);
+  if (tpu_shape_equal(&ss, &is)) return src;
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+  for (int d = 0; d < is.rank; d++) limit[d] = is.dims[d], step[d] = 1;
+  return tpu_graph_slice(ctx.g, src, start, limit, step);
+}
+
+// scatter(self, dim, index, src | value [, reduce]), scatter_add, scatter_reduce: argument 3
+// is a tensor (src) or a Scalar (value); |how| combines it with self, and without
+// |include_self| the scattered positions start from 0.
+void scatter_impl(LowerCtx &ctx, Combine how, bool include_self = true) {
+  tpu_dtype_t out_dt = ctx.out_dtype();
+  tpu_dtype_t dt = how == Combine::Add ? compute_dtype(out_dt) : out_dt;
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt), index = ctx.v(2);
+  at_least_1d(ctx, x);
+  at_least_1d(ctx, index);
+  tpu_shape_t xs = shape_of(ctx.g, x), is = shape_of(ctx.g, index), out = ctx.out_shape();
+  if (numel(is) == 0) {
+    ctx.results = {tpu_graph_reshape(ctx.g, x, &out)};
+    return;
+  }
+  int64_t dim = wrap_dim(ctx.arg(1).toInt(), xs.rank);
+  tpu_value_t updates;
+  if (ctx.arg(3).isTensor()) {
+    tpu_value_t src = convert(ctx.g, ctx.v(3), dt);
+    at_least_1d(ctx, src);
+    updates = crop_to(ctx, src, is);
+  } else {
+    updates = broadcast_to(ctx.g, convert(ctx.g, ctx.v(3), dt), is);
+  }
+  if (!include_self) x = scatter_elements(ctx, x, dim, index, full(ctx.g, dt, is, 0), Combine::Replace);
+  ctx.results = {tpu_graph_reshape(ctx.g, scatter_elements(ctx, x, dim, index, updates, how), &out)};
+}
+
+void scatter_replace(LowerCtx &ctx) { scatter_impl(ctx, Combine::Replace); }
+void scatter_add(LowerCtx &ctx) { scatter_impl(ctx, Combine::Add); }
+
+// scatter.reduce / scatter.value_reduce (self, dim, index, src|value, reduce)
+void scatter_reduce_legacy(LowerCtx &ctx) {
+  if (ctx.arg(4).toStringRef() != "add") throw Unsupported("scatter reduce " + ctx.arg(4).toStringRef());
+  scatter_impl(ctx, Combine::Add);
+}
+
+// scatter_reduce.two(self, dim, index, src, reduce, include_self)
+void scatter_reduce_two(LowerCtx &ctx) {
+  if (ctx.arg(4).toStringRef() != "sum") throw Unsupported("scatter_reduce " + ctx.arg(4).toStringRef());
+  scatter_impl(ctx, Combine::Add, ctx.arg(5).toBool());
+}
+
+// ---- along one dim with whole slices (index_fill, index_copy, index_add) ------------------------
+
+// x with the slices x.select(dim, index[i]) replaced by / added to updates[i]:
+// index (L) i64, updates (L, the other dims of x in order).
+tpu_value_t scatter_slices(LowerCtx &ctx, tpu_value_t x, int64_t dim, tpu_value_t index,
+                           tpu_value_t updates, Combine how) {
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  tpu_shape_t is = shape_of(ctx.g, index);
+  tpu_scatter_attrs_t a{};
+  a.num_update_window_dims = xs.rank - 1;
+  for (int d = 0; d < xs.rank - 1; d++) a.update_window_dims[d] = d + 1;
+  a.num_inserted_window_dims = 1;
+  a.inserted_window_dims[0] = dim;
+  a.num_scatter_dims = 1;
+  a.scatter_dims_to_operand_dims[0] = dim;
+  a.index_vector_dim = is.rank;  // (L): one coordinate per update row
+  a.kind = how == Combine::Add ? TPU_SCATTER_ADD : TPU_SCATTER_REPLACE;
+  a.check_bounds = true;
+  return tpu_graph_scatter(ctx.g, x, index, updates, &a);
+}
+
+// (..., L at dim, ...) -> (L, ...): moves |dim| to the front.
+tpu_value_t dim_first(LowerCtx &ctx, tpu_value_t v, int64_t dim) {
+  tpu_shape_t s = shape_of(ctx.g, v);
+  if (dim == 0) return v;
+  int64_t perm[TPU_MAX_RANK];
+  perm[0] = dim;
+  for (int d = 0, k = 1; d < s.rank; d++) {
+    if (d != dim) perm[k++] = d;
+  }
+  return tpu_graph_transpose(ctx.g, v, perm);
+}
+
+tpu_shape_t slices_shape(const tpu_shape_t &xs, int64_t dim, int64_t n) {  // (n, others...)
+  tpu_shape_t s{};
+  s.rank = xs.rank;
+  s.dims[0] = n;
+  for (int d = 0, k = 1; d < xs.rank; d++) {
+    if (d != dim) s.dims[k++] = xs.dims[d];
+  }
+  return s;
+}
+
+tpu_value_t flat_index(LowerCtx &ctx, tpu_value_t index) {
+  tpu_shape_t s = shape_of(ctx.g, index);
+  tpu_shape_t flat{1, {numel(s)}};
+  return tpu_graph_reshape(ctx.g, convert(ctx.g, index, TPU_I64), &flat);
+}
+
+// index_fill(self, dim, index, value): value a Scalar or a 0-d tensor; negative indices wrap.
+void index_fill(LowerCtx &ctx) {
+  tpu_dtype_t dt = ctx.out_dtype();
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt);
+  at_least_1d(ctx, x);
+  tpu_shape_t xs = shape_of(ctx.g, x), out = ctx.out_shape();
+  int64_t dim = wrap_dim(ctx.arg(1).toInt(), xs.rank);
+  tpu_value_t index = wrap_negative(ctx, flat_index(ctx, ctx.v(2)), xs.dims[dim]);
+  int64_t n = shape_of(ctx.g, index).dims[0];
+  if (n == 0) {
+    ctx.results = {tpu_graph_reshape(ctx.g, x, &out)};
+    return;
+  }
+  tpu_value_t value = convert(ctx.g, ctx.v(3), dt);
+  if (shape_of(ctx.g, value).rank != 0) throw Unsupported("index_fill with a non-scalar value");
+  tpu_value_t updates = broadcast_to(ctx.g, value, slices_shape(xs, dim, n));
+  ctx.results = {tpu_graph_reshape(ctx.g, scatter_slices(ctx, x, dim, index, updates, Combine::Replace), &out)};
+}
+
+// index_copy(self, dim, index, source) and index_add(self, dim, index, source, alpha)
+void index_copy_add(LowerCtx &ctx, Combine how) {
+  tpu_dtype_t dt = how == Combine::Add ? compute_dtype(ctx.out_dtype()) : ctx.out_dtype();
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt), src = convert(ctx.g, ctx.v(3), dt);
+  at_least_1d(ctx, x);
+  tpu_shape_t xs = shape_of(ctx.g, x), out = ctx.out_shape();
+  int64_t dim = wrap_dim(ctx.arg(1).toInt(), xs.rank);
+  tpu_value_t index = flat_index(ctx, ctx.v(2));
+  int64_t n = shape_of(ctx.g, index).dims[0];
+  if (n == 0) {
+    ctx.results = {tpu_graph_reshape(ctx.g, x, &out)};
+    return;
+  }
+  tpu_shape_t full_src = xs;
+  full_src.dims[dim] = n;
+  if (numel(shape_of(ctx.g, src)) != numel(full_src)) throw Unsupported("index_copy/add source shape");
+  src = tpu_graph_reshape(ctx.g, src, &full_src);
+  tpu_value_t updates = dim_first(ctx, src, dim);
+  if (how == Combine::Add && ctx.v(4) != TPU_NO_VALUE) {
+    updates = bin(ctx, TPU_OP_MUL, updates, broadcast_to(ctx.g, convert(ctx.g, ctx.v(4), dt), shape_of(ctx.g, updates)));
+  }
+  ctx.results = {tpu_graph_reshape(ctx.g, scatter_slices(ctx, x, dim, index, updates, how), &out)};
+}
+void index_copy(LowerCtx &ctx) { index_copy_add(ctx, Combine::Replace); }
+void index_add(LowerCtx &ctx) { index_copy_add(ctx, Combine::Add); }
+
+// ---- advanced indexing ---------------------------------------------------------------------------
+
+// x[indices] as a StableHLO gather: the index tensors (None entries skipped) broadcast to
+// one shape B and stacked into (B..., m) coordinates of the indexed dims D; the result is
+// x's dims before D, then B, then the dims after D, or B first if D is not contiguous.
+struct Advanced {
+  std::vector<int64_t> dims;    // D
+  tpu_value_t where = TPU_NO_VALUE;  // (B..., m) i64
+  tpu_shape_t batch{};          // B
+  tpu_shape_t result{};         // the shape of x[indices]
+  std::vector<int64_t> window_pos;  // result position of each non-indexed dim of x
+};
+
+void reject_masks(const LowerCtx &ctx, size_t arg) {
+  for (const std::optional<at::Tensor> t : ctx.arg(arg).toOptionalTensorList()) {
+    if (t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte)) {
+      throw Unsupported("boolean mask index (data-dependent shape)");
+    }
+  }
+}
+
+Advanced advanced(LowerCtx &ctx, const tpu_shape_t &xs, const std::vector<tpu_value_t> &list) {
+  Advanced a;
+  std::vector<tpu_value_t> idx;
+  for (size_t k = 0; k < list.size(); k++) {
+    if (list[k] == TPU_NO_VALUE) continue;
+    if (static_cast<int>(k) >= xs.rank) throw Unsupported("too many indices");
+    a.dims.push_back(static_cast<int64_t>(k));
+    idx.push_back(list[k]);
+  }
+  if (idx.empty()) throw Unsupported("indexing without index tensors");
+  // broadcast shape of the index tensors
+  tpu_shape_t b{};
+  for (tpu_value_t v : idx) {
+    tpu_shape_t s = shape_of(ctx.g, v);
+    if (s.rank > b.rank) {
+      tpu_shape_t nb{};
+      nb.rank = s.rank;
+      for (int d = 0; d < s.rank; d++) nb.dims[d] = 1;
+      for (int d = 0; d < b.rank; d++) nb.dims[s.rank - b.rank + d] = b.dims[d];
+      b = nb;
+    }
+    for (int d = 0; d < s.rank; d++) {
+      int64_t &bd = b.dims[b.rank - s.rank + d];
+      if (bd == 1) bd = s.dims[d];
+      else if (s.dims[d] != 1 && s.dims[d] != bd) throw Unsupported("index shapes do not broadcast");
+    }
+  }
+  a.batch = b;
+  tpu_shape_t b1 = append_dim(b, 1);
+  std::vector<tpu_value_t> parts;
+  for (size_t i = 0; i < idx.size(); i++) {
+    tpu_value_t v = wrap_negative(ctx, idx[i], xs.dims[a.dims[i]]);
+    parts.push_back(tpu_graph_reshape(ctx.g, broadcast_to(ctx.g, v, b), &b1));
+  }
+  a.where = parts.size() == 1 ? parts[0]
+                              : tpu_graph_concatenate(ctx.g, parts.data(), static_cast<int>(parts.size()), b.rank);
+  bool contiguous = a.dims.back() - a.dims.front() + 1 == static_cast<int64_t>(a.dims.size());
+  int64_t batch_at = contiguous ? a.dims.front() : 0;
+  a.result.rank = b.rank + xs.rank - static_cast<int>(a.dims.size());
+  if (a.result.rank > TPU_MAX_RANK) throw Unsupported("rank above 8");
+  int pos = 0;
+  for (int d = 0; d < xs.rank; d++) {
+    if (std::find(a.dims.begin(), a.dims.end(), d) != a.dims.end()) continue;
+    if (pos == batch_at) pos += b.rank;  // the batch dims go here
+    a.window_pos.push_back(pos);
+    a.result.dims[pos++] = xs.dims[d];
+  }
+  for (int d = 0; d < b.rank; d++) a.result.dims[batch_at + d] = b.dims[d];
+  return a;
+}
+
+// index.Tensor(self, indices) / _unsafe_index.Tensor
+void index(LowerCtx &ctx) {
+  reject_masks(ctx, 1);
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x), out = ctx.out_shape();
+  Advanced adv = advanced(ctx, xs, ctx.list[1]);
+  if (numel(out) == 0) {
+    ctx.results = {full(ctx.g, dtype_of(ctx.g, x), out, 0)};
+    return;
+  }
+  tpu_gather_attrs_t a{};
+  a.num_offset_dims = static_cast<int>(adv.window_pos.size());
+  for (size_t i = 0; i < adv.window_pos.size(); i++) a.offset_dims[i] = adv.window_pos[i];
+  a.num_collapsed = a.num_start_index_map = static_cast<int>(adv.dims.size());
+  for (size_t i = 0; i < adv.dims.size(); i++) a.collapsed_slice_dims[i] = a.start_index_map[i] = adv.dims[i];
+  for (int d = 0; d < xs.rank; d++) a.slice_sizes[d] = xs.dims[d];
+  for (int64_t d : adv.dims) a.slice_sizes[d] = 1;
+  a.index_vector_dim = adv.batch.rank;
+  a.check_bounds = true;
+  tpu_value_t r = tpu_graph_gather(ctx.g, x, adv.where, &a);
+  ctx.results = {tpu_graph_reshape(ctx.g, r, &out)};
+}
+
+// x[mask] = v (accumulate: +=) for one boolean mask index and a one-element v: a select.
+bool index_put_mask(LowerCtx &ctx, tpu_value_t x, tpu_value_t values, bool accumulate, tpu_dtype_t dt) {
+  int mask_at = -1, count = 0, k = 0;
+  bool is_mask = false;
+  for (const std::optional<at::Tensor> t : ctx.arg(1).toOptionalTensorList()) {
+    if (t && t->defined()) {
+      count++;
+      mask_at = k;
+      is_mask = t->scalar_type() == at::kBool || t->scalar_type() == at::kByte;
+    }
+    k++;
+  }
+  if (!is_mask) return false;
+  if (count != 1 || numel(shape_of(ctx.g, values)) != 1) throw Unsupported("boolean mask index_put_");
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  tpu_value_t m = ctx.list[1][mask_at];
+  tpu_shape_t ms = shape_of(ctx.g, m);
+  if (mask_at + ms.rank > xs.rank) throw Unsupported("mask rank");
+  for (int d = 0; d < ms.rank; d++) {
+    if (ms.dims[d] != xs.dims[mask_at + d]) throw Unsupported("mask shape");  // PyTorch's IndexError
+  }
+  int64_t dims[TPU_MAX_RANK];
+  for (int d = 0; d < ms.rank; d++) dims[d] = mask_at + d;
+  m = tpu_graph_compare(ctx.g, TPU_CMP_NE, m, full(ctx.g, dtype_of(ctx.g, m), ms, 0));
+  m = tpu_graph_broadcast_in_dim(ctx.g, m, &xs, dims);
+  tpu_shape_t scalar{};
+  tpu_value_t v = broadcast_to(ctx.g, tpu_graph_reshape(ctx.g, convert(ctx.g, values, dt), &scalar), xs);
+  if (accumulate) v = bin(ctx, TPU_OP_ADD, x, v);
+  ctx.results = {tpu_graph_select(ctx.g, m, v, x)};
+  return true;
+}
+
+// _index_put_impl_(self, indices, values, accumulate, unsafe)
+void index_put(LowerCtx &ctx) {
+  bool accumulate = ctx.arg(3).toBool();
+  tpu_dtype_t dt = accumulate ? compute_dtype(ctx.out_dtype()) : ctx.out_dtype();
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt);
+  if (index_put_mask(ctx, x, ctx.v(2), accumulate, dt)) return;
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  Advanced adv = advanced(ctx, xs, ctx.list[1]);
+  if (numel(adv.result) == 0) {
+    ctx.results = {x};
+    return;
+  }
+  tpu_value_t v = convert(ctx.g, ctx.v(2), dt);
+  tpu_shape_t vs = shape_of(ctx.g, v);
+  if (vs.rank > adv.result.rank) {  // leading 1s are allowed
+    tpu_shape_t trimmed{};
+    trimmed.rank = adv.result.rank;
+    for (int d = 0; d < trimmed.rank; d++) trimmed.dims[d] = vs.dims[vs.rank - trimmed.rank + d];
+    v = tpu_graph_reshape(ctx.g, v, &trimmed);
+  }
+  v = broadcast_to(ctx.g, v, adv.result);
+  tpu_scatter_attrs_t a{};
+  a.num_update_window_dims = static_cast<int>(adv.window_pos.size());
+  for (size_t i = 0; i < adv.window_pos.size(); i++) a.update_window_dims[i] = adv.window_pos[i];
+  a.num_inserted_window_dims = a.num_scatter_dims = static_cast<int>(adv.dims.size());
+  for (size_t i = 0; i < adv.dims.size(); i++) a.inserted_window_dims[i] = a.scatter_dims_to_operand_dims[i] = adv.dims[i];
+  a.index_vector_dim = adv.batch.rank;
+  a.kind = accumulate ? TPU_SCATTER_ADD : TPU_SCATTER_REPLACE;
+  a.check_bounds = true;
+  ctx.results = {tpu_graph_scatter(ctx.g, x, adv.where, v, &a)};
+}
+
+// ---- sort / topk -------------------------------------------------------------------------------------
+
+void sort_impl(LowerCtx &ctx, int64_t dim, bool descending) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  if (xs.rank == 0) {
+    ctx.results = {x, full(ctx.g, TPU_I64, xs, 0)};
+    return;
+  }
+  if (dtype_of(ctx.g, x) == TPU_BOOL) x = convert(ctx.g, x, TPU_U8);
+  tpu_sort_attrs_t a{};
+  a.dim = static_cast<int>(wrap_dim(dim, xs.rank));
+  a.descending = descending;
+  a.stable = true;
+  ctx.results = {tpu_graph_sort(ctx.g, x, &a), tpu_graph_argsort(ctx.g, x, &a)};
+}
+
+// sort.stable / sort.values_stable(self, stable, dim, descending)
+void sort_stable(LowerCtx &ctx) { sort_impl(ctx, ctx.arg(2).toInt(), ctx.arg(3).toBool()); }
+// sort.values(self, dim, descending)
+void sort_values(LowerCtx &ctx) { sort_impl(ctx, ctx.arg(1).toInt(), ctx.arg(2).toBool()); }
+
+// topk(self, k, dim, largest, sorted): the first k of a stable sort (ties keep index order).
+void topk(LowerCtx &ctx) {
+  int64_t k = ctx.arg(1).toInt();
+  sort_impl(ctx, ctx.arg(2).toInt(), ctx.arg(3).toBool());
+  tpu_shape_t xs = shape_of(ctx.g, ctx.v(0));
+  if (xs.rank == 0) return;
+  int64_t dim = wrap_dim(ctx.arg(2).toInt(), xs.rank);
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+  for (int d = 0; d < xs.rank; d++) limit[d] = xs.dims[d], step[d] = 1;
+  limit[dim] = k;
+  for (tpu_value_t &r : ctx.results) r = tpu_graph_slice(ctx.g, r, start, limit, step);
+}
+
+// The element at sorted position |k| along |dim| of (values, indices) -> results, keeping
+// |dim| as size 1 if |keepdim|.
+void pick_sorted(LowerCtx &ctx, int64_t dim, int64_t k, bool keepdim) {
+  tpu_shape_t s = shape_of(ctx.g, ctx.results[0]);
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+  for (int d = 0; d < s.rank; d++) limit[d] = s.dims[d], step[d] = 1;
+  start[dim] = k;
+  limit[dim] = k + 1;
+  tpu_shape_t out = ctx.out_shape(0);
+  for (tpu_value_t &r : ctx.results) {
+    r = tpu_graph_slice(ctx.g, r, start, limit, step);
+    if (!keepdim) r = tpu_graph_reshape(ctx.g, r, &out);
+  }
+}
+
+// kthvalue(self, k, dim, keepdim) -> (values, indices): NaN counts as the largest value.
+void kthvalue(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  if (xs.rank == 0) throw Unsupported("kthvalue of a scalar");
+  int64_t dim = wrap_dim(ctx.arg(2).toInt(), xs.rank);
+  sort_impl(ctx, dim, false);
+  pick_sorted(ctx, dim, ctx.arg(1).toInt() - 1, ctx.arg(3).toBool());
+}
+
+// median.dim(self, dim, keepdim) -> (values, indices): the lower median; a NaN along dim
+// makes the median NaN with the index of the first NaN, as in PyTorch.
+void median_dim(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  if (xs.rank == 0 || !tpu_dtype_is_float(dtype_of(ctx.g, x))) throw Unsupported("median");
+  int64_t dim = wrap_dim(ctx.arg(1).toInt(), xs.rank);
+  bool keepdim = ctx.arg(2).toBool();
+  if (xs.dims[dim] == 0) throw Unsupported("median of an empty dim");
+  sort_impl(ctx, dim, false);
+  pick_sorted(ctx, dim, (xs.dims[dim] - 1) / 2, keepdim);
+  tpu_value_t nan = tpu_graph_compare(ctx.g, TPU_CMP_NE, x, x);
+  tpu_shape_t out = ctx.out_shape(0);
+  tpu_value_t any = tpu_graph_reshape(ctx.g, reduce_dims(ctx.g, TPU_REDUCE_OR, nan, {dim}, false), &out);
+  tpu_value_t first = reduce_dims(ctx.g, TPU_REDUCE_ARGMAX, convert(ctx.g, nan, TPU_I32), {dim}, false);
+  first = tpu_graph_reshape(ctx.g, first, &out);
+  tpu_dtype_t dt = dtype_of(ctx.g, ctx.results[0]);
+  ctx.results[0] = tpu_graph_select(ctx.g, any, full(ctx.g, dt, out, std::nan("")), ctx.results[0]);
+  ctx.results[1] = tpu_graph_select(ctx.g, any, first, ctx.results[1]);
+}
+
+// ---- shapes ------------------------------------------------------------------------------------------
+
+// repeat(self, repeats): x broadcast to (.., r_i, d_i, ..) (a repeat axis only where r_i > 1),
+// then merged to (.., r_i * d_i, ..).
+void repeat(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  std::vector<int64_t> reps = ctx.arg(1).toIntVector();
+  int n = static_cast<int>(reps.size());
+  if (n < xs.rank) throw Unsupported("repeat: fewer repeats than dims");
+  tpu_shape_t big{};
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < n; i++) {
+    int src = i - (n - xs.rank);  // x's dim, or < 0 for a new leading dim
+    if (reps[i] != 1 || src < 0) {
+      if (big.rank >= TPU_MAX_RANK) throw Unsupported("repeat: rank above 8");
+      big.dims[big.rank++] = reps[i];
+    }
+    if (src >= 0) {
+      if (big.rank >= TPU_MAX_RANK) throw Unsupported("repeat: rank above 8");
+      dims[src] = big.rank;
+      big.dims[big.rank++] = xs.dims[src];
+    }
+  }
+  tpu_value_t b = tpu_graph_broadcast_in_dim(ctx.g, x, &big, dims);
+  tpu_shape_t out = ctx.out_shape();
+  ctx.results = {tpu_graph_reshape(ctx.g, b, &out)};
+}
+
+void flip(LowerCtx &ctx) {  // flip(self, dims)
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  if (xs.rank == 0) {
+    ctx.results = {x};
+    return;
+  }
+  bool dims[TPU_MAX_RANK] = {false};
+  for (int64_t d : ctx.arg(1).toIntVector()) dims[wrap_dim(d, xs.rank)] = true;
+  ctx.results = {tpu_graph_reverse(ctx.g, x, dims)};
+}
+
+tpu_value_t roll_dim(LowerCtx &ctx, tpu_value_t x, int64_t shift, int64_t dim) {
+  tpu_shape_t s = shape_of(ctx.g, x);
+  int64_t n = s.dims[dim];
+  if (n == 0) return x;
+  int64_t k = ((shift % n) + n) % n;
+  if (k == 0) return x;
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+  for (int d = 0; d < s.rank; d++) limit[d] = s.dims[d], step[d] = 1;
+  start[dim] = n - k;
+  tpu_value_t tail = tpu_graph_slice(ctx.g, x, start, limit, step);
+  start[dim] = 0;
+  limit[dim] = n - k;
+  tpu_value_t head = tpu_graph_slice(ctx.g, x, start, limit, step);
+  tpu_value_t parts[2] = {tail, head};
+  return tpu_graph_concatenate(ctx.g, parts, 2, static_cast<int>(dim));
+}
+
+void roll(LowerCtx &ctx) {  // roll(self, shifts, dims)
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  std::vector<int64_t> shifts = ctx.arg(1).toIntVector(), dims = ctx.arg(2).toIntVector();
+  if (dims.empty()) {
+    if (shifts.size() != 1) throw Unsupported("roll shifts");
+    tpu_shape_t flat{1, {numel(xs)}};
+    tpu_value_t r = roll_dim(ctx, tpu_graph_reshape(ctx.g, x, &flat), shifts[0], 0);
+    ctx.results = {tpu_graph_reshape(ctx.g, r, &xs)};
+    return;
+  }
+  if (shifts.size() != dims.size()) throw Unsupported("roll shifts and dims differ in length");
+  for (size_t i = 0; i < dims.size(); i++) x = roll_dim(ctx, x, shifts[i], wrap_dim(dims[i], xs.rank));
+  ctx.results = {x};
+}
+
+// constant_pad_nd(self, pad, value): pad pairs (lo, hi) from the last dim backwards; negative
+// entries crop.
+void constant_pad_nd(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  std::vector<int64_t> pad = ctx.arg(1).toIntVector();
+  if (pad.size() % 2 != 0 || static_cast<int>(pad.size() / 2) > xs.rank) throw Unsupported("pad length");
+  int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0}, interior[TPU_MAX_RANK] = {0};
+  for (size_t i = 0; i < pad.size() / 2; i++) {
+    int d = xs.rank - 1 - static_cast<int>(i);
+    lo[d] = pad[2 * i];
+    hi[d] = pad[2 * i + 1];
+  }
+  tpu_value_t value = convert(ctx.g, ctx.v(2), dtype_of(ctx.g, x));
+  ctx.results = {tpu_graph_pad(ctx.g, x, value, lo, hi, interior)};
+}
+
+// narrow_copy(self, dim, start, length)
+void narrow_copy(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  int64_t dim = wrap_dim(ctx.arg(1).toInt(), xs.rank);
+  int64_t start = ctx.arg(2).toInt(), length = ctx.arg(3).toInt();
+  if (start < 0) start += xs.dims[dim];
+  int64_t st[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+  for (int d = 0; d < xs.rank; d++) limit[d] = xs.dims[d], step[d] = 1;
+  st[dim] = start;
+  limit[dim] = start + length;
+  ctx.results = {tpu_graph_slice(ctx.g, x, st, limit, step)};
+}
+
+LoweringRegistrar registrar({
+    {"gather", gather},
+    {"gather.out", gather},
+    {"scatter.src", scatter_replace},
+    {"scatter.src_out", scatter_replace},
+    {"scatter_.src", scatter_replace},
+    {"scatter.value", scatter_replace},
+    {"scatter.value_out", scatter_replace},
+    {"scatter_.value", scatter_replace},
+    {"scatter_add", scatter_add},
+    {"scatter_add.out", scatter_add},
+    {"scatter_add_", scatter_add},
+    {"scatter.reduce", scatter_reduce_legacy},
+    {"scatter.reduce_out", scatter_reduce_legacy},
+    {"scatter_.reduce", scatter_reduce_legacy},
+    {"scatter.value_reduce", scatter_reduce_legacy},
+    {"scatter.value_reduce_out", scatter_reduce_legacy},
+    {"scatter_.value_reduce", scatter_reduce_legacy},
+    {"scatter_reduce.two", scatter_reduce_two},
+    {"scatter_reduce.two_out", scatter_reduce_two},
+    {"scatter_reduce_.two", scatter_reduce_two},
+    {"index.Tensor", index},
+    {"index.Tensor_out", index},
+    {"_unsafe_index.Tensor", index},
+    {"_index_put_impl_", index_put},
+    {"index_fill_.int_Scalar", index_fill},
+    {"index_fill_.int_Tensor", index_fill},
+    {"index_fill.int_Scalar", index_fill},
+    {"index_fill.int_Tensor", index_fill},
+    {"index_fill.int_Scalar_out", index_fill},
+    {"index_fill.int_Tensor_out", index_fill},
+    {"index_copy", index_copy},
+    {"index_copy.out", index_copy},
+    {"index_copy_", index_copy},
+    {"index_add", index_add},
+    {"index_add.out", index_add},
+    {"index_add_", index_add},
+    {"sort.stable", sort_stable},
+    {"sort.values_stable", sort_stable},
+    {"sort.values", sort_values},
+    {"topk", topk},
+    {"topk.values", topk},
+    {"kthvalue", kthvalue},
+    {"kthvalue.values", kthvalue},
+    {"median.dim", median_dim},
+    {"median.dim_values", median_dim},
+    {"repeat", repeat},
+    {"repeat.out", repeat},
+    {"flip", flip},
+    {"flip.out", flip},
+    {"roll", roll},
+    {"roll.out", roll},
+    {"constant_pad_nd", constant_pad_nd},
+    {"constant_pad_nd.out", constant_pad_nd},
+    {"narrow_copy", narrow_copy},
+    {"narrow_copy.out", narrow_copy},
+});
+
+}  // namespace
+}  // namespace torchtpu

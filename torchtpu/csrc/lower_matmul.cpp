@@ -1,0 +1,67 @@
+// lower_matmul.cpp: lowerings of the MXU ops: mm, bmm, addmm, baddbmm, mv, dot.
+//
+// Each is one dot_general at the current precision (torch.tpu.precision): f32 operands
+// take 1/3/6 bf16 passes, bf16 operands one pass; accumulation is f32. Epilogues (beta *
+// self + alpha * product) run in f32 and the engine rounds to the output dtype once.
+#include "native.h"
+
+namespace torchtpu {
+namespace {
+
+// lhs [B..., M, K] x rhs [B..., K, N] with |batch| leading batch dims.
+tpu_value_t matmul(LowerCtx &ctx, tpu_value_t a, tpu_value_t b, int batch, tpu_dtype_t acc) {
+  tpu_shape_t as = shape_of(ctx.g, a), bs = shape_of(ctx.g, b);
+  tpu_dot_attrs_t d{};
+  d.num_batch = batch;
+  for (int i = 0; i < batch; i++) d.lhs_batch[i] = d.rhs_batch[i] = i;
+  d.num_contract = 1;
+  d.lhs_contract[0] = as.rank - 1;
+  d.rhs_contract[0] = bs.rank == batch + 1 ? batch : bs.rank - 2;
+  d.precision = ctx.precision;
+  return tpu_graph_dot_general(ctx.g, a, b, &d, acc);
+}
+
+// The accumulation/result dtype of a product: f32 for low-precision floats.
+tpu_dtype_t product_dtype(const LowerCtx &ctx) { return compute_dtype(ctx.out_dtype()); }
+
+void mm_out(LowerCtx &ctx) { ctx.results = {matmul(ctx, ctx.v(0), ctx.v(1), 0, product_dtype(ctx))}; }
+void bmm_out(LowerCtx &ctx) { ctx.results = {matmul(ctx, ctx.v(0), ctx.v(1), 1, product_dtype(ctx))}; }
+void mv_out(LowerCtx &ctx) { ctx.results = {matmul(ctx, ctx.v(0), ctx.v(1), 0, product_dtype(ctx))}; }
+
+void dot(LowerCtx &ctx) {  // 1-D . 1-D
+  tpu_dot_attrs_t d{};
+  d.num_contract = 1;
+  d.precision = ctx.precision;
+  ctx.results = {tpu_graph_dot_general(ctx.g, ctx.v(0), ctx.v(1), &d, product_dtype(ctx))};
+}
+
+// beta * self + alpha * (m1 @ m2); args (self, m1, m2, beta, alpha)
+void add_product(LowerCtx &ctx, int batch) {
+  tpu_dtype_t dt = product_dtype(ctx);
+  tpu_shape_t shape = ctx.out_shape();
+  tpu_value_t p = matmul(ctx, ctx.v(1), ctx.v(2), batch, dt);
+  tpu_value_t alpha = broadcast_to(ctx.g, convert(ctx.g, ctx.v(4), dt), shape);
+  tpu_value_t beta = broadcast_to(ctx.g, convert(ctx.g, ctx.v(3), dt), shape);
+  tpu_value_t self = broadcast_to(ctx.g, convert(ctx.g, ctx.v(0), dt), shape);
+  tpu_value_t scaled = tpu_graph_binary(ctx.g, TPU_OP_MUL, p, alpha);
+  // beta == 0 must ignore self entirely (NaN in self does not propagate), as in PyTorch
+  tpu_value_t zero = full(ctx.g, dt, shape, 0);
+  tpu_value_t bself = tpu_graph_select(ctx.g, tpu_graph_compare(ctx.g, TPU_CMP_EQ, beta, zero),
+                                       zero, tpu_graph_binary(ctx.g, TPU_OP_MUL, self, beta));
+  ctx.results = {tpu_graph_binary(ctx.g, TPU_OP_ADD, scaled, bself)};
+}
+void addmm_out(LowerCtx &ctx) { add_product(ctx, 0); }
+void baddbmm_out(LowerCtx &ctx) { add_product(ctx, 1); }
+
+LoweringRegistrar registrar({
+    {"mm.out", mm_out},
+    {"bmm.out", bmm_out},
+    {"mv.out", mv_out},
+    {"dot", dot},
+    {"addmm.out", addmm_out},
+    {"baddbmm.out", baddbmm_out},
+    {"addmv.out", addmm_out},
+});
+
+}  // namespace
+}  // namespace torchtpu

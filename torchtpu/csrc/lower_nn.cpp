@@ -1,0 +1,401 @@
+// lower_nn.cpp: lowerings of the neural-network ops models train with: softmax and
+// log_softmax (and backward), nll_loss (forward/backward: cross_entropy), layer norm
+// (forward/backward), embedding (index_select, embedding_dense_backward), tril/triu,
+// arange, cat.
+//
+// Statistics (softmax sums, norms) are computed in f32 for bf16/f16 inputs. Index-taking
+// ops use gather/scatter with bounds checks: an out-of-range index is an IndexError at the
+// next sync (debug mode: at the op), never clamped.
+#include <ATen/core/Tensor.h>
+
+#include "native.h"
+
+namespace torchtpu {
+namespace {
+
+tpu_value_t bcast(LowerCtx &ctx, tpu_value_t v, const tpu_shape_t &s) { return broadcast_to(ctx.g, v, s); }
+tpu_value_t bin(LowerCtx &ctx, tpu_op_t op, tpu_value_t a, tpu_value_t b) {
+  return tpu_graph_binary(ctx.g, op, a, b);
+}
+
+// ---- softmax ----------------------------------------------------------------------------
+
+// (self, dim, half_to_float): max-subtracted exponentials in f32.
+void softmax_impl(LowerCtx &ctx, bool log) {
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt);
+  tpu_shape_t s = shape_of(ctx.g, x);
+  int64_t dim = ctx.arg(1).toInt();
+  tpu_value_t m = reduce_dims(ctx.g, TPU_REDUCE_MAX, x, {dim}, true);
+  tpu_value_t finite = tpu_graph_unary(ctx.g, TPU_OP_IS_FINITE, m);
+  m = tpu_graph_select(ctx.g, finite, m, full(ctx.g, dt, shape_of(ctx.g, m), 0));
+  tpu_value_t z = bin(ctx, TPU_OP_SUB, x, bcast(ctx, m, s));
+  tpu_value_t e = tpu_graph_unary(ctx.g, TPU_OP_EXP, z);
+  tpu_value_t sum = reduce_dims(ctx.g, TPU_REDUCE_SUM, e, {dim}, true);
+  if (log) {
+    ctx.results = {bin(ctx, TPU_OP_SUB, z, bcast(ctx, tpu_graph_unary(ctx.g, TPU_OP_LOG, sum), s))};
+  } else {
+    ctx.results = {bin(ctx, TPU_OP_DIV, e, bcast(ctx, sum, s))};
+  }
+}
+void softmax_out(LowerCtx &ctx) { softmax_impl(ctx, false); }
+void log_softmax_out(LowerCtx &ctx) { softmax_impl(ctx, true); }
+
+// (grad_output, output, dim, input_dtype)
+void softmax_backward_out(LowerCtx &ctx) {  // y * (g - sum(g * y))
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t g = convert(ctx.g, ctx.v(0), dt), y = convert(ctx.g, ctx.v(1), dt);
+  tpu_shape_t s = shape_of(ctx.g, g);
+  tpu_value_t dot = reduce_dims(ctx.g, TPU_REDUCE_SUM, bin(ctx, TPU_OP_MUL, g, y), {ctx.arg(2).toInt()}, true);
+  ctx.results = {bin(ctx, TPU_OP_MUL, y, bin(ctx, TPU_OP_SUB, g, bcast(ctx, dot, s)))};
+}
+
+void log_softmax_backward_out(LowerCtx &ctx) {  // g - exp(y) * sum(g)
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t g = convert(ctx.g, ctx.v(0), dt), y = convert(ctx.g, ctx.v(1), dt);
+  tpu_shape_t s = shape_of(ctx.g, g);
+  tpu_value_t sum = reduce_dims(ctx.g, TPU_REDUCE_SUM, g, {ctx.arg(2).toInt()}, true);
+  ctx.results = {bin(ctx, TPU_OP_SUB, g,
+                     bin(ctx, TPU_OP_MUL, tpu_graph_unary(ctx.g, TPU_OP_EXP, y), bcast(ctx, sum, s)))};
+}
+
+// ---- gathers ------------------------------------------------------------------------------
+
+// x.index_select(dim, index) as a bounds-checked gather; index is 0-D or 1-D.
+tpu_value_t take(LowerCtx &ctx, tpu_value_t x, int64_t dim, tpu_value_t index) {
+  tpu_shape_t xs = shape_of(ctx.g, x), is = shape_of(ctx.g, index);
+  if (is.rank == 0) {
+    tpu_shape_t one{1, {1}};
+    index = tpu_graph_reshape(ctx.g, index, &one);
+  }
+  if (xs.rank == 0) throw Unsupported("index_select of a scalar");
+  tpu_gather_attrs_t a{};
+  dim = wrap_dim(dim, xs.rank);
+  for (int d = 0, k = 0; d < xs.rank; d++) {
+    if (d != dim) a.offset_dims[k++] = d;
+    a.slice_sizes[d] = d == dim ? 1 : xs.dims[d];
+  }
+  a.num_offset_dims = xs.rank - 1;
+  a.num_collapsed = 1;
+  a.collapsed_slice_dims[0] = dim;
+  a.num_start_index_map = 1;
+  a.start_index_map[0] = dim;
+  a.index_vector_dim = 1;
+  a.check_bounds = true;
+  return tpu_graph_gather(ctx.g, x, index, &a);
+}
+
+void index_select(LowerCtx &ctx) {  // (self, dim, index)
+  tpu_value_t r = take(ctx, ctx.v(0), ctx.arg(1).toInt(), ctx.v(2));
+  tpu_shape_t out = ctx.out_shape();
+  ctx.results = {tpu_graph_reshape(ctx.g, r, &out)};
+}
+
+// (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq): scatter-add rows.
+void embedding_dense_backward(LowerCtx &ctx) {
+  if (ctx.arg(4).toBool()) throw Unsupported("scale_grad_by_freq");
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t g = convert(ctx.g, ctx.v(0), dt), idx = ctx.v(1);
+  tpu_shape_t gs = shape_of(ctx.g, g), is = shape_of(ctx.g, idx);
+  int64_t n = 1;
+  for (int d = 0; d < is.rank; d++) n *= is.dims[d];
+  int64_t width = gs.dims[gs.rank - 1];
+  tpu_shape_t g2{2, {n, width}}, i1{1, {n}};
+  g = tpu_graph_reshape(ctx.g, g, &g2);
+  idx = tpu_graph_reshape(ctx.g, idx, &i1);
+  int64_t padding = ctx.arg(3).toInt();
+  if (padding >= 0) {  // rows of the padding index get no gradient
+    tpu_value_t keep = tpu_graph_compare(ctx.g, TPU_CMP_NE, idx, full(ctx.g, dtype_of(ctx.g, idx), i1, padding));
+    int64_t bdims[1] = {0};
+    keep = tpu_graph_broadcast_in_dim(ctx.g, keep, &g2, bdims);
+    g = tpu_graph_select(ctx.g, keep, g, full(ctx.g, dt, g2, 0));
+  }
+  tpu_shape_t table = ctx.out_shape();
+  tpu_scatter_attrs_t a{};
+  a.num_update_window_dims = 1;
+  a.update_window_dims[0] = 1;
+  a.num_inserted_window_dims = 1;
+  a.inserted_window_dims[0] = 0;
+  a.num_scatter_dims = 1;
+  a.scatter_dims_to_operand_dims[0] = 0;
+  a.index_vector_dim = 1;
+  a.kind = TPU_SCATTER_ADD;
+  a.check_bounds = true;
+  ctx.results = {tpu_graph_scatter(ctx.g, full(ctx.g, dt, table, 0), idx, g, &a)};
+}
+
+// ---- nll_loss (cross_entropy = log_softmax + nll_loss) ---------------------------------------
+
+struct NllSetup {
+  tpu_value_t x;       // (N, C) log-probabilities, compute dtype
+  tpu_value_t target;  // (N) with ignored entries replaced by 0
+  tpu_value_t w;       // (N) weight of each sample, 0 where ignored
+  tpu_dtype_t dt;
+  int64_t n, c;
+};
+
+// (self, target, weight, reduction, ignore_index, ...)
+NllSetup nll_setup(LowerCtx &ctx, size_t self_arg) {
+  NllSetup s{};
+  s.dt = compute_dtype(to_tpu_dtype(ctx.tensor(self_arg).scalar_type()));
+  s.x = convert(ctx.g, ctx.v(self_arg), s.dt);
+  tpu_shape_t xs = shape_of(ctx.g, s.x);
+  if (xs.rank == 1) {
+    tpu_shape_t two{2, {1, xs.dims[0]}};
+    s.x = tpu_graph_reshape(ctx.g, s.x, &two);
+    xs = two;
+  }
+  if (xs.rank != 2) throw Unsupported("nll_loss on more than 2 dims");
+  s.n = xs.dims[0];
+  s.c = xs.dims[1];
+  tpu_shape_t n1{1, {s.n}};
+  tpu_value_t t = convert(ctx.g, tpu_graph_reshape(ctx.g, ctx.v(self_arg + 1), &n1), TPU_I64);
+  int64_t ignore = ctx.arg(self_arg + 4).toInt();
+  tpu_value_t keep = tpu_graph_compare(ctx.g, TPU_CMP_NE, t, full(ctx.g, TPU_I64, n1, ignore));
+  s.target = tpu_graph_select(ctx.g, keep, t, full(ctx.g, TPU_I64, n1, 0));
+  tpu_value_t w = ctx.v(self_arg + 2) != TPU_NO_VALUE
+                      ? take(ctx, convert(ctx.g, ctx.v(self_arg + 2), s.dt), 0, s.target)
+                      : full(ctx.g, s.dt, n1, 1);
+  s.w = tpu_graph_select(ctx.g, keep, w, full(ctx.g, s.dt, n1, 0));
+  return s;
+}
+
+// x[i, target[i]] for every row, bounds-checked against C.
+tpu_value_t pick(LowerCtx &ctx, const NllSetup &s) {
+  tpu_shape_t n1{1, {s.n}}, n2{2, {s.n, 1}};
+  tpu_value_t rows = tpu_graph_iota(ctx.g, TPU_I64, &n1, 0);
+  tpu_value_t pair[2] = {tpu_graph_reshape(ctx.g, rows, &n2), tpu_graph_reshape(ctx.g, s.target, &n2)};
+  tpu_value_t idx = tpu_graph_concatenate(ctx.g, pair, 2, 1);  // (N, 2)
+  tpu_gather_attrs_t a{};
+  a.num_collapsed = 2;
+  a.collapsed_slice_dims[0] = 0;
+  a.collapsed_slice_dims[1] = 1;
+  a.num_start_index_map = 2;
+  a.start_index_map[0] = 0;
+  a.start_index_map[1] = 1;
+  a.index_vector_dim = 1;
+  a.slice_sizes[0] = 1;
+  a.slice_sizes[1] = 1;
+  a.check_bounds = true;
+  return tpu_graph_gather(ctx.g, s.x, idx, &a);  // (N)
+}
+
+// nll_loss_forward.output(self, target, weight, reduction, ignore_index) -> (output, total_weight)
+void nll_loss_forward(LowerCtx &ctx) {
+  NllSetup s = nll_setup(ctx, 0);
+  int64_t reduction = ctx.arg(3).toInt();
+  tpu_value_t loss = tpu_graph_unary(ctx.g, TPU_OP_NEG, bin(ctx, TPU_OP_MUL, pick(ctx, s), s.w));
+  tpu_value_t total = reduce_dims(ctx.g, TPU_REDUCE_SUM, s.w, {}, false);
+  tpu_value_t out;
+  if (reduction == 0) {
+    tpu_shape_t shape = ctx.out_shape(0);
+    out = tpu_graph_reshape(ctx.g, loss, &shape);
+  } else {
+    out = reduce_dims(ctx.g, TPU_REDUCE_SUM, loss, {}, false);
+    if (reduction == 1) out = bin(ctx, TPU_OP_DIV, out, total);
+  }
+  ctx.results = {out, total};
+}
+
+// nll_loss_backward.grad_input(grad_output, self, target, weight, reduction, ignore_index,
+// total_weight): -w * g (/ total for mean) at each row's target, 0 elsewhere.
+void nll_loss_backward(LowerCtx &ctx) {
+  NllSetup s = nll_setup(ctx, 1);
+  int64_t reduction = ctx.arg(4).toInt();
+  tpu_shape_t n1{1, {s.n}}, nc{2, {s.n, s.c}};
+  tpu_value_t g = convert(ctx.g, ctx.v(0), s.dt);
+  g = reduction == 0 ? tpu_graph_reshape(ctx.g, g, &n1) : bcast(ctx, g, n1);
+  tpu_value_t scale = bin(ctx, TPU_OP_MUL, s.w, g);
+  if (reduction == 1) scale = bin(ctx, TPU_OP_DIV, scale, bcast(ctx, convert(ctx.g, ctx.v(6), s.dt), n1));
+  int64_t rows[1] = {0};
+  tpu_value_t cols = tpu_graph_iota(ctx.g, TPU_I64, &nc, 1);
+  tpu_value_t hot = tpu_graph_compare(ctx.g, TPU_CMP_EQ, cols, tpu_graph_broadcast_in_dim(ctx.g, s.target, &nc, rows));
+  tpu_value_t val = tpu_graph_unary(ctx.g, TPU_OP_NEG, tpu_graph_broadcast_in_dim(ctx.g, scale, &nc, rows));
+  tpu_value_t grad = tpu_graph_select(ctx.g, hot, val, full(ctx.g, s.dt, nc, 0));
+  tpu_shape_t out = ctx.out_shape();
+  ctx.results = {tpu_graph_reshape(ctx.g, grad, &out)};
+}
+
+// ---- regression losses -----------------------------------------------------------------------
+
+// mse_loss.out(self, target, reduction): (x - y)^2, reduced (0 none, 1 mean, 2 sum).
+void mse_loss_out(LowerCtx &ctx) {
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt), y = convert(ctx.g, ctx.v(1), dt);
+  tpu_shape_t s = shape_of(ctx.g, x);
+  tpu_shape_t ys = shape_of(ctx.g, y);
+  if (!tpu_shape_equal(&s, &ys)) throw Unsupported("mse_loss with broadcasting");
+  tpu_value_t d = bin(ctx, TPU_OP_SUB, x, y);
+  tpu_value_t sq = bin(ctx, TPU_OP_MUL, d, d);
+  int64_t reduction = ctx.arg(2).toInt();
+  if (reduction == 0) {
+    ctx.results = {sq};
+    return;
+  }
+  tpu_value_t sum = reduce_dims(ctx.g, TPU_REDUCE_SUM, sq, {}, false);
+  int64_t n = 1;
+  for (int i = 0; i < s.rank; i++) n *= s.dims[i];
+  ctx.results = {reduction == 1 ? bin(ctx, TPU_OP_DIV, sum, full(ctx.g, dt, tpu_shape_t{}, static_cast<double>(n)))
+                                : sum};
+}
+
+// mse_loss_backward(grad_output, self, target, reduction): 2 (x - y) g (/ n for mean)
+void mse_loss_backward(LowerCtx &ctx) {
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t x = convert(ctx.g, ctx.v(1), dt), y = convert(ctx.g, ctx.v(2), dt);
+  tpu_shape_t s = ctx.out_shape();
+  tpu_value_t g = bcast(ctx, convert(ctx.g, ctx.v(0), dt), s);
+  double scale = 2.0;
+  if (ctx.arg(3).toInt() == 1) {
+    int64_t n = 1;
+    for (int i = 0; i < s.rank; i++) n *= s.dims[i];
+    scale /= static_cast<double>(n);
+  }
+  tpu_value_t d = bin(ctx, TPU_OP_SUB, bcast(ctx, x, s), bcast(ctx, y, s));
+  ctx.results = {bin(ctx, TPU_OP_MUL, bin(ctx, TPU_OP_MUL, d, g), full(ctx.g, dt, s, scale))};
+}
+
+// ---- layer norm ---------------------------------------------------------------------------------
+
+struct LayerNormDims {
+  std::vector<int64_t> inner;  // normalized dims
+  tpu_shape_t stat;            // shape of mean/rstd: outer dims, then 1s
+  double count;                // elements per normalized group
+};
+
+LayerNormDims layer_norm_dims(const tpu_shape_t &xs, size_t k) {
+  LayerNormDims d{};
+  d.count = 1;
+  d.stat = xs;
+  for (int i = xs.rank - static_cast<int>(k); i < xs.rank; i++) {
+    d.inner.push_back(i);
+    d.count *= static_cast<double>(xs.dims[i]);
+    d.stat.dims[i] = 1;
+  }
+  return d;
+}
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
+void native_layer_norm(LowerCtx &ctx) {
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype(0));
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  LayerNormDims d = layer_norm_dims(xs, ctx.arg(1).toIntVector().size());
+  double eps = ctx.arg(4).toDouble();
+  tpu_value_t mean = bin(ctx, TPU_OP_DIV, reduce_dims(ctx.g, TPU_REDUCE_SUM, x, d.inner, true),
+                         full(ctx.g, dt, d.stat, d.count));
+  tpu_value_t xc = bin(ctx, TPU_OP_SUB, x, bcast(ctx, mean, xs));
+  tpu_value_t var = bin(ctx, TPU_OP_DIV, reduce_dims(ctx.g, TPU_REDUCE_SUM, bin(ctx, TPU_OP_MUL, xc, xc), d.inner, true),
+                        full(ctx.g, dt, d.stat, d.count));
+  tpu_value_t rstd = tpu_graph_unary(ctx.g, TPU_OP_RSQRT, bin(ctx, TPU_OP_ADD, var, full(ctx.g, dt, d.stat, eps)));
+  tpu_value_t y = bin(ctx, TPU_OP_MUL, xc, bcast(ctx, rstd, xs));
+  if (ctx.v(2) != TPU_NO_VALUE) y = bin(ctx, TPU_OP_MUL, y, bcast(ctx, convert(ctx.g, ctx.v(2), dt), xs));
+  if (ctx.v(3) != TPU_NO_VALUE) y = bin(ctx, TPU_OP_ADD, y, bcast(ctx, convert(ctx.g, ctx.v(3), dt), xs));
+  tpu_shape_t ms = ctx.out_shape(1);
+  ctx.results = {y, tpu_graph_reshape(ctx.g, mean, &ms), tpu_graph_reshape(ctx.g, rstd, &ms)};
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
+// output_mask) -> (grad_input, grad_weight, grad_bias)
+void native_layer_norm_backward(LowerCtx &ctx) {
+  tpu_dtype_t dt = compute_dtype(to_tpu_dtype(ctx.tensor(1).scalar_type()));
+  tpu_value_t dy = convert(ctx.g, ctx.v(0), dt), x = convert(ctx.g, ctx.v(1), dt);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  LayerNormDims d = layer_norm_dims(xs, ctx.arg(2).toIntVector().size());
+  tpu_value_t mean = tpu_graph_reshape(ctx.g, convert(ctx.g, ctx.v(3), dt), &d.stat);
+  tpu_value_t rstd = tpu_graph_reshape(ctx.g, convert(ctx.g, ctx.v(4), dt), &d.stat);
+  tpu_value_t xhat = bin(ctx, TPU_OP_MUL, bin(ctx, TPU_OP_SUB, x, bcast(ctx, mean, xs)), bcast(ctx, rstd, xs));
+  tpu_value_t g = dy;
+  if (ctx.v(5) != TPU_NO_VALUE) g = bin(ctx, TPU_OP_MUL, g, bcast(ctx, convert(ctx.g, ctx.v(5), dt), xs));
+  std::vector<int64_t> outer;
+  for (int i = 0; i < xs.rank - static_cast<int>(d.inner.size()); i++) outer.push_back(i);
+  ctx.results.assign(3, TPU_NO_VALUE);
+  if (ctx.out_meta[0].defined()) {
+    tpu_value_t mg = bin(ctx, TPU_OP_DIV, reduce_dims(ctx.g, TPU_REDUCE_SUM, g, d.inner, true),
+                         full(ctx.g, dt, d.stat, d.count));
+    tpu_value_t mgx = bin(ctx, TPU_OP_DIV,
+                          reduce_dims(ctx.g, TPU_REDUCE_SUM, bin(ctx, TPU_OP_MUL, g, xhat), d.inner, true),
+                          full(ctx.g, dt, d.stat, d.count));
+    tpu_value_t inner = bin(ctx, TPU_OP_SUB, bin(ctx, TPU_OP_SUB, g, bcast(ctx, mg, xs)),
+                            bin(ctx, TPU_OP_MUL, xhat, bcast(ctx, mgx, xs)));
+    ctx.results[0] = bin(ctx, TPU_OP_MUL, inner, bcast(ctx, rstd, xs));
+  }
+  if (ctx.out_meta[1].defined()) {
+    ctx.results[1] = reduce_dims(ctx.g, TPU_REDUCE_SUM, bin(ctx, TPU_OP_MUL, dy, xhat), outer, false);
+  }
+  if (ctx.out_meta[2].defined()) {
+    ctx.results[2] = reduce_dims(ctx.g, TPU_REDUCE_SUM, dy, outer, false);
+  }
+}
+
+// ---- shapes and factories ---------------------------------------------------------------------
+
+// tril/triu(self, diagonal): keep elements with col - row <= (>=) diagonal.
+void triangle(LowerCtx &ctx, bool lower) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t s = shape_of(ctx.g, x);
+  if (s.rank < 2) throw Unsupported("tril/triu below 2 dims");
+  tpu_value_t row = tpu_graph_iota(ctx.g, TPU_I64, &s, s.rank - 2);
+  tpu_value_t col = tpu_graph_iota(ctx.g, TPU_I64, &s, s.rank - 1);
+  tpu_value_t diff = bin(ctx, TPU_OP_SUB, col, row);
+  tpu_value_t k = full(ctx.g, TPU_I64, s, static_cast<double>(ctx.arg(1).toInt()));
+  tpu_value_t keep = tpu_graph_compare(ctx.g, lower ? TPU_CMP_LE : TPU_CMP_GE, diff, k);
+  ctx.results = {tpu_graph_select(ctx.g, keep, x, full(ctx.g, dtype_of(ctx.g, x), s, 0))};
+}
+void tril_out(LowerCtx &ctx) { triangle(ctx, true); }
+void triu_out(LowerCtx &ctx) { triangle(ctx, false); }
+
+// arange.start_out(start, end, step): start + i * step, computed in f64 / i64.
+void arange_out(LowerCtx &ctx) {
+  tpu_dtype_t out = ctx.out_dtype();
+  tpu_dtype_t dt = tpu_dtype_is_float(out) ? TPU_F64 : TPU_I64;
+  tpu_shape_t s = ctx.out_shape();
+  tpu_value_t i = tpu_graph_iota(ctx.g, dt, &s, 0);
+  tpu_value_t start = bcast(ctx, convert(ctx.g, ctx.v(0), dt), s);
+  tpu_value_t step = bcast(ctx, convert(ctx.g, ctx.v(2), dt), s);
+  ctx.results = {bin(ctx, TPU_OP_ADD, start, bin(ctx, TPU_OP_MUL, i, step))};
+}
+
+// cat.out(tensors, dim): legacy empty 1-D tensors are skipped, as in PyTorch.
+void cat_out(LowerCtx &ctx) {
+  tpu_dtype_t dt = ctx.out_dtype();
+  tpu_shape_t out = ctx.out_shape();
+  int64_t dim = wrap_dim(ctx.arg(1).toInt(), out.rank);
+  std::vector<tpu_value_t> parts;
+  for (tpu_value_t v : ctx.list[0]) {
+    tpu_shape_t s = shape_of(ctx.g, v);
+    if (s.rank == 1 && s.dims[0] == 0 && out.rank != 1) continue;
+    if (s.dims[dim] == 0) continue;
+    parts.push_back(convert(ctx.g, v, dt));
+  }
+  if (parts.empty()) {
+    ctx.results = {full(ctx.g, dt, out, 0)};
+    return;
+  }
+  ctx.results = {tpu_graph_concatenate(ctx.g, parts.data(), static_cast<int>(parts.size()),
+                                       static_cast<int>(dim))};
+}
+
+LoweringRegistrar registrar({
+    {"_softmax.out", softmax_out},
+    {"_log_softmax.out", log_softmax_out},
+    {"_softmax_backward_data.out", softmax_backward_out},
+    {"_log_softmax_backward_data.out", log_softmax_backward_out},
+    {"index_select", index_select},
+    {"index_select.out", index_select},
+    {"embedding_dense_backward", embedding_dense_backward},
+    {"nll_loss_forward.output", nll_loss_forward},
+    {"nll_loss_backward.grad_input", nll_loss_backward},
+    {"mse_loss.out", mse_loss_out},
+    {"mse_loss_backward", mse_loss_backward},
+    {"mse_loss_backward.grad_input", mse_loss_backward},
+    {"native_layer_norm", native_layer_norm},
+    {"native_layer_norm_backward", native_layer_norm_backward},
+    {"tril.out", tril_out},
+    {"triu.out", triu_out},
+    {"arange.start_out", arange_out},
+    {"cat.out", cat_out},
+});
+
+}  // namespace
+}  // namespace torchtpu

@@ -1,0 +1,249 @@
+// lower_reduce.cpp: lowerings of reductions and scans: sum, mean, prod, amax/amin,
+// max/min along a dim, argmax/argmin, var/std, all/any, logsumexp, vector norms, cumsum.
+//
+// Sums of bf16/f16 accumulate in f32 inside the reduce kernel and round once; means,
+// variances and norms are computed in f32 (f64 for f64) and rounded by the engine.
+#include <ATen/core/Tensor.h>
+
+#include <cmath>
+
+#include "native.h"
+
+namespace torchtpu {
+namespace {
+
+std::vector<int64_t> dims_arg(const LowerCtx &ctx, size_t i) {
+  if (ctx.args->size() <= i || ctx.arg(i).isNone()) return {};
+  if (ctx.arg(i).isInt()) return {ctx.arg(i).toInt()};
+  return ctx.arg(i).toIntVector();
+}
+
+bool bool_arg(const LowerCtx &ctx, size_t i) { return ctx.arg(i).toBool(); }
+
+int64_t count_of(const tpu_shape_t &s, const std::vector<int64_t> &dims) {
+  int64_t n = 1;
+  if (dims.empty()) {
+    for (int d = 0; d < s.rank; d++) n *= s.dims[d];
+  } else {
+    for (int64_t d : dims) n *= s.rank ? s.dims[wrap_dim(d, s.rank)] : 1;
+  }
+  return n;
+}
+
+// sum(self, dim, keepdim, dtype): the input is converted to the result dtype first, so
+// integer sums are int64 and bf16 sums accumulate in f32 in the kernel.
+void sum_out(LowerCtx &ctx) {
+  tpu_value_t x = convert(ctx.g, ctx.v(0), ctx.out_dtype());
+  ctx.results = {reduce_dims(ctx.g, TPU_REDUCE_SUM, x, dims_arg(ctx, 1), bool_arg(ctx, 2))};
+}
+
+void prod_out(LowerCtx &ctx) {  // prod.int_out(self, dim, keepdim, dtype)
+  tpu_value_t x = convert(ctx.g, ctx.v(0), ctx.out_dtype());
+  ctx.results = {reduce_dims(ctx.g, TPU_REDUCE_PROD, x, dims_arg(ctx, 1), bool_arg(ctx, 2))};
+}
+
+void mean_out(LowerCtx &ctx) {  // mean.out(self, dim, keepdim, dtype)
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt);
+  auto dims = dims_arg(ctx, 1);
+  tpu_value_t s = reduce_dims(ctx.g, TPU_REDUCE_SUM, x, dims, bool_arg(ctx, 2));
+  double n = static_cast<double>(count_of(shape_of(ctx.g, x), dims));
+  ctx.results = {tpu_graph_binary(ctx.g, TPU_OP_DIV, s, full(ctx.g, dt, shape_of(ctx.g, s), n))};
+}
+
+void extreme(LowerCtx &ctx, tpu_reduce_kind_t kind) {  // amax/amin(self, dim[], keepdim)
+  ctx.results = {reduce_dims(ctx.g, kind, ctx.v(0), dims_arg(ctx, 1), bool_arg(ctx, 2))};
+}
+void amax_out(LowerCtx &ctx) { extreme(ctx, TPU_REDUCE_MAX); }
+void amin_out(LowerCtx &ctx) { extreme(ctx, TPU_REDUCE_MIN); }
+
+// max.dim_max / min.dim_min(self, dim, keepdim) -> (values, indices)
+void extreme_dim(LowerCtx &ctx, tpu_reduce_kind_t kind, tpu_reduce_kind_t arg_kind) {
+  int64_t dim = ctx.arg(1).toInt();
+  bool keep = bool_arg(ctx, 2);
+  ctx.results = {reduce_dims(ctx.g, kind, ctx.v(0), {dim}, keep),
+                 reduce_dims(ctx.g, arg_kind, ctx.v(0), {dim}, keep)};
+}
+void max_dim(LowerCtx &ctx) { extreme_dim(ctx, TPU_REDUCE_MAX, TPU_REDUCE_ARGMAX); }
+void min_dim(LowerCtx &ctx) { extreme_dim(ctx, TPU_REDUCE_MIN, TPU_REDUCE_ARGMIN); }
+
+// max() / min() over everything
+void max_all(LowerCtx &ctx) { ctx.results = {reduce_dims(ctx.g, TPU_REDUCE_MAX, ctx.v(0), {}, false)}; }
+void min_all(LowerCtx &ctx) { ctx.results = {reduce_dims(ctx.g, TPU_REDUCE_MIN, ctx.v(0), {}, false)}; }
+
+// argmax/argmin(self, dim=None, keepdim): no dim means over the flattened tensor.
+void arg_extreme(LowerCtx &ctx, tpu_reduce_kind_t kind) {
+  tpu_value_t x = ctx.v(0);
+  bool keep = bool_arg(ctx, 2);
+  if (shape_of(ctx.g, x).rank == 0) {  // the one element is the extreme
+    ctx.results = {full(ctx.g, TPU_I64, ctx.out_shape(), 0)};
+    return;
+  }
+  if (ctx.arg(1).isNone()) {
+    tpu_shape_t s = shape_of(ctx.g, x);
+    int64_t n = 1;
+    for (int d = 0; d < s.rank; d++) n *= s.dims[d];
+    tpu_shape_t flat{1, {n}};
+    tpu_value_t r = reduce_dims(ctx.g, kind, tpu_graph_reshape(ctx.g, x, &flat), {0}, false);
+    if (keep) {
+      tpu_shape_t ones = ctx.out_shape();
+      r = tpu_graph_reshape(ctx.g, r, &ones);
+    }
+    ctx.results = {r};
+    return;
+  }
+  ctx.results = {reduce_dims(ctx.g, kind, x, {ctx.arg(1).toInt()}, keep)};
+}
+void argmax_out(LowerCtx &ctx) { arg_extreme(ctx, TPU_REDUCE_ARGMAX); }
+void argmin_out(LowerCtx &ctx) { arg_extreme(ctx, TPU_REDUCE_ARGMIN); }
+
+// var/std.correction_out(self, dim, correction, keepdim)
+tpu_value_t variance(LowerCtx &ctx, tpu_dtype_t dt, tpu_value_t *mean_out) {
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt);
+  auto dims = dims_arg(ctx, 1);
+  bool keep = bool_arg(ctx, 3);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  double n = static_cast<double>(count_of(xs, dims));
+  tpu_value_t sum = reduce_dims(ctx.g, TPU_REDUCE_SUM, x, dims, true);
+  tpu_value_t mean = tpu_graph_binary(ctx.g, TPU_OP_DIV, sum, full(ctx.g, dt, shape_of(ctx.g, sum), n));
+  tpu_value_t dev = tpu_graph_binary(ctx.g, TPU_OP_SUB, x, broadcast_to(ctx.g, mean, xs));
+  tpu_value_t sq = reduce_dims(ctx.g, TPU_REDUCE_SUM, tpu_graph_binary(ctx.g, TPU_OP_MUL, dev, dev),
+                               dims, keep);
+  tpu_shape_t rs = shape_of(ctx.g, sq);
+  tpu_value_t corr = ctx.v(2) == TPU_NO_VALUE ? full(ctx.g, dt, rs, 1)
+                                              : broadcast_to(ctx.g, convert(ctx.g, ctx.v(2), dt), rs);
+  tpu_value_t denom = tpu_graph_binary(ctx.g, TPU_OP_SUB, full(ctx.g, dt, rs, n), corr);
+  denom = tpu_graph_binary(ctx.g, TPU_OP_MAX, denom, full(ctx.g, dt, rs, 0));
+  if (mean_out) {
+    if (!keep) {
+      tpu_shape_t ms = rs;
+      mean = tpu_graph_reshape(ctx.g, mean, &ms);
+    }
+    *mean_out = mean;
+  }
+  return tpu_graph_binary(ctx.g, TPU_OP_DIV, sq, denom);
+}
+void var_out(LowerCtx &ctx) { ctx.results = {variance(ctx, compute_dtype(ctx.out_dtype()), nullptr)}; }
+void std_out(LowerCtx &ctx) {
+  tpu_value_t v = variance(ctx, compute_dtype(ctx.out_dtype()), nullptr);
+  ctx.results = {tpu_graph_unary(ctx.g, TPU_OP_SQRT, v)};
+}
+void var_mean_out(LowerCtx &ctx) {  // -> (var, mean)
+  tpu_value_t mean;
+  tpu_value_t v = variance(ctx, compute_dtype(ctx.out_dtype()), &mean);
+  ctx.results = {v, mean};
+}
+void std_mean_out(LowerCtx &ctx) {
+  tpu_value_t mean;
+  tpu_value_t v = variance(ctx, compute_dtype(ctx.out_dtype()), &mean);
+  ctx.results = {tpu_graph_unary(ctx.g, TPU_OP_SQRT, v), mean};
+}
+
+// all/any(self, dim?, keepdim): on x != 0.
+void logical_reduce(LowerCtx &ctx, tpu_reduce_kind_t kind, bool whole) {
+  tpu_value_t x = ctx.v(0);
+  if (dtype_of(ctx.g, x) != TPU_BOOL) {
+    x = tpu_graph_compare(ctx.g, TPU_CMP_NE, x, full(ctx.g, dtype_of(ctx.g, x), shape_of(ctx.g, x), 0));
+  }
+  if (whole) {
+    ctx.results = {reduce_dims(ctx.g, kind, x, {}, false)};
+  } else {
+    ctx.results = {reduce_dims(ctx.g, kind, x, dims_arg(ctx, 1), bool_arg(ctx, 2))};
+  }
+}
+void all_out(LowerCtx &ctx) { logical_reduce(ctx, TPU_REDUCE_AND, false); }
+void all_all(LowerCtx &ctx) { logical_reduce(ctx, TPU_REDUCE_AND, true); }
+void any_out(LowerCtx &ctx) { logical_reduce(ctx, TPU_REDUCE_OR, false); }
+void any_all(LowerCtx &ctx) { logical_reduce(ctx, TPU_REDUCE_OR, true); }
+
+void logsumexp_out(LowerCtx &ctx) {  // (self, dim[], keepdim)
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt);
+  auto dims = dims_arg(ctx, 1);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  tpu_value_t m = reduce_dims(ctx.g, TPU_REDUCE_MAX, x, dims, true);
+  // an all -inf slice keeps m = -inf; use 0 there so exp(x - m) is 0 rather than NaN
+  tpu_value_t finite = tpu_graph_unary(ctx.g, TPU_OP_IS_FINITE, m);
+  m = tpu_graph_select(ctx.g, finite, m, full(ctx.g, dt, shape_of(ctx.g, m), 0));
+  tpu_value_t e = tpu_graph_unary(ctx.g, TPU_OP_EXP,
+                                  tpu_graph_binary(ctx.g, TPU_OP_SUB, x, broadcast_to(ctx.g, m, xs)));
+  tpu_value_t s = reduce_dims(ctx.g, TPU_REDUCE_SUM, e, dims, true);
+  tpu_value_t r = tpu_graph_binary(ctx.g, TPU_OP_ADD, tpu_graph_unary(ctx.g, TPU_OP_LOG, s), m);
+  tpu_shape_t out = ctx.out_shape();
+  ctx.results = {tpu_graph_reshape(ctx.g, r, &out)};
+}
+
+// linalg_vector_norm.out(self, ord (static), dim?, keepdim, dtype?)
+void vector_norm_out(LowerCtx &ctx) {
+  double ord = ctx.arg(1).toScalar().toDouble();
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t x = tpu_graph_unary(ctx.g, TPU_OP_ABS, convert(ctx.g, ctx.v(0), dt));
+  auto dims = dims_arg(ctx, 2);
+  bool keep = bool_arg(ctx, 3);
+  tpu_value_t r;
+  if (std::isinf(ord)) {
+    r = reduce_dims(ctx.g, ord > 0 ? TPU_REDUCE_MAX : TPU_REDUCE_MIN, x, dims, keep);
+  } else if (ord == 0) {
+    tpu_value_t nz = tpu_graph_compare(ctx.g, TPU_CMP_NE, x, full(ctx.g, dt, shape_of(ctx.g, x), 0));
+    r = reduce_dims(ctx.g, TPU_REDUCE_SUM, convert(ctx.g, nz, dt), dims, keep);
+  } else if (ord == 1) {
+    r = reduce_dims(ctx.g, TPU_REDUCE_SUM, x, dims, keep);
+  } else if (ord == 2) {
+    r = reduce_dims(ctx.g, TPU_REDUCE_SUM, tpu_graph_binary(ctx.g, TPU_OP_MUL, x, x), dims, keep);
+    r = tpu_graph_unary(ctx.g, TPU_OP_SQRT, r);
+  } else {
+    tpu_value_t p = tpu_graph_binary(ctx.g, TPU_OP_POW, x, full(ctx.g, dt, shape_of(ctx.g, x), ord));
+    r = reduce_dims(ctx.g, TPU_REDUCE_SUM, p, dims, keep);
+    r = tpu_graph_binary(ctx.g, TPU_OP_POW, r, full(ctx.g, dt, shape_of(ctx.g, r), 1.0 / ord));
+  }
+  ctx.results = {r};
+}
+
+void cumulative(LowerCtx &ctx, tpu_reduce_kind_t kind) {  // (self, dim, dtype)
+  tpu_value_t x = convert(ctx.g, ctx.v(0), compute_dtype(ctx.out_dtype()));
+  tpu_shape_t s = shape_of(ctx.g, x);
+  if (s.rank == 0) {
+    ctx.results = {x};
+    return;
+  }
+  ctx.results = {tpu_graph_scan(ctx.g, kind, x, static_cast<int>(wrap_dim(ctx.arg(1).toInt(), s.rank)))};
+}
+void cumsum_out(LowerCtx &ctx) { cumulative(ctx, TPU_REDUCE_SUM); }
+void cumprod_out(LowerCtx &ctx) { cumulative(ctx, TPU_REDUCE_PROD); }
+
+[[maybe_unused]] const bool norm_ord_is_static = (register_static_scalar("linalg_vector_norm.out", "ord"), true);
+
+LoweringRegistrar registrar({
+    {"sum.IntList_out", sum_out},
+    {"prod.int_out", prod_out},
+    {"mean.out", mean_out},
+    {"amax.out", amax_out},
+    {"amin.out", amin_out},
+    {"max.dim_max", max_dim},
+    {"min.dim_min", min_dim},
+    {"max", max_all},
+    {"min", min_all},
+    {"argmax.out", argmax_out},
+    {"argmin.out", argmin_out},
+    {"var.correction_out", var_out},
+    {"var.correction", var_out},
+    {"std.correction_out", std_out},
+    {"std.correction", std_out},
+    {"var_mean.correction_out", var_mean_out},
+    {"var_mean.correction", var_mean_out},
+    {"std_mean.correction_out", std_mean_out},
+    {"std_mean.correction", std_mean_out},
+    {"all.out", all_out},
+    {"all.dims_out", all_out},
+    {"all.all_out", all_all},
+    {"any.out", any_out},
+    {"any.dims_out", any_out},
+    {"any.all_out", any_all},
+    {"logsumexp.out", logsumexp_out},
+    {"linalg_vector_norm.out", vector_norm_out},
+    {"cumsum.out", cumsum_out},
+    {"cumprod.out", cumprod_out},
+});
+
+}  // namespace
+}  // namespace torchtpu

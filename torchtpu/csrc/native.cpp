@@ -1,0 +1,869 @@
+// native.cpp: the native eager engine. Every ATen op with a lowering runs here:
+//
+//   1. check devices (DeviceCheck) and build the op's signature key: the op, each
+//      tensor's dtype/sizes/strides and aliasing, static arguments, the matmul precision;
+//   2. look the key up in the executable cache (the hot path ends here on a hit);
+//   3. on a miss: run PyTorch's meta kernel (shapes, dtypes, PyTorch's own errors),
+//      resize out= tensors if needed, lower to an IR graph, compile, insert;
+//   4. allocate the results and enqueue the executable on the chip's stream; the host
+//      returns at once (strict mode) or waits for it (debug mode).
+// Scalar arguments (at::Scalar) are run-time inputs, not part of the key, so a learning
+// rate that changes every step does not recompile. Random ops get a (seed, offset) pair
+// from the chip's generator as run-time inputs too.
+
+#include "native.h"
+
+#include <ATen/native/Resize.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "device.h"
+#include "device_check.h"
+#include "eager.h"
+
+extern "C" {
+#include "tpu/compiler.h"
+#include "tpu/threadpool.h"
+}
+
+namespace torchtpu {
+
+void run_cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
+
+namespace {
+
+// ---- op registry ---------------------------------------------------------------------------
+
+// Out: an out= tensor (written, never read: no parameter). Tensor: read (and maybe written).
+enum class ArgKind { Tensor, Out, TensorList, OptTensorList, Scalar, Generator, Static };
+
+struct OpInfo {
+  std::string name;                 // "aten::add.out"
+  LowerFn fn = nullptr;
+  std::vector<ArgKind> kinds;       // per argument
+  std::vector<int> return_alias;    // per return: the argument it writes into, or -1
+  bool random = false;              // takes (seed, offset) run-time inputs
+};
+
+std::unordered_map<std::string, LowerFn> &lowerings() {
+  static std::unordered_map<std::string, LowerFn> m;
+  return m;
+}
+
+std::unordered_map<std::string, std::vector<std::string>> &static_scalars() {
+  static std::unordered_map<std::string, std::vector<std::string>> m;
+  return m;
+}
+
+ArgKind classify(const c10::Argument &arg) {
+  const c10::TypePtr &t = arg.real_type();
+  auto kind = t->kind();
+  if (kind == c10::TypeKind::OptionalType) {
+    auto elem = t->castRaw<c10::OptionalType>()->getElementType();
+    if (elem->kind() == c10::TypeKind::TensorType) return ArgKind::Tensor;
+    if (elem->kind() == c10::TypeKind::GeneratorType) return ArgKind::Generator;
+    if (elem->kind() == c10::TypeKind::NumberType) return ArgKind::Scalar;
+    return ArgKind::Static;
+  }
+  if (kind == c10::TypeKind::TensorType) return ArgKind::Tensor;
+  if (kind == c10::TypeKind::NumberType) return ArgKind::Scalar;
+  if (kind == c10::TypeKind::ListType) {
+    auto elem = t->castRaw<c10::ListType>()->getElementType();
+    if (elem->kind() == c10::TypeKind::TensorType) return ArgKind::TensorList;
+    if (elem->kind() == c10::TypeKind::OptionalType) return ArgKind::OptTensorList;
+  }
+  return ArgKind::Static;
+}
+
+OpInfo make_info(const c10::OperatorHandle &op, const std::string &short_name, LowerFn fn) {
+  OpInfo info;
+  const c10::FunctionSchema &s = op.schema();
+  info.name = c10::toString(op.operator_name());
+  info.fn = fn;
+  const auto &fixed = static_scalars()[short_name];
+  for (const auto &a : s.arguments()) {
+    info.kinds.push_back(a.is_out() && classify(a) == ArgKind::Tensor ? ArgKind::Out
+                                                                       : classify(a));
+    if (std::find(fixed.begin(), fixed.end(), a.name()) != fixed.end()) {
+      info.kinds.back() = ArgKind::Static;
+    }
+    if (info.kinds.back() == ArgKind::Generator) info.random = true;
+  }
+  if (op.hasTag(at::Tag::nondeterministic_seeded)) info.random = true;
+  for (const auto &r : s.returns()) {
+    int alias = -1;
+    if (r.alias_info() && r.alias_info()->isWrite()) {
+      for (size_t i = 0; i < s.arguments().size(); i++) {
+        const auto &ai = s.arguments()[i].alias_info();
+        if (ai && ai->isWrite() && ai->beforeSets() == r.alias_info()->beforeSets()) {
+          alias = static_cast<int>(i);
+          break;
+        }
+      }
+    }
+    info.return_alias.push_back(alias);
+  }
+  return info;
+}
+
+const OpInfo &op_info(const c10::OperatorHandle &op) {
+  static std::mutex mu;
+  static std::unordered_map<const void *, OpInfo> infos;
+  const void *id = &op.schema();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = infos.find(id);
+  if (it != infos.end()) return it->second;
+  std::string name = op.operator_name().name.substr(6);  // drop "aten::"
+  if (!op.operator_name().overload_name.empty()) name += "." + op.operator_name().overload_name;
+  auto fn = lowerings().find(name);
+  TORCH_INTERNAL_ASSERT(fn != lowerings().end(), "tpu: no lowering registered for ", name);
+  return infos.emplace(id, make_info(op, name, fn->second)).first->second;
+}
+
+// ---- signature keys --------------------------------------------------------------------------
+
+class Key {
+ public:
+  void bytes(const void *p, size_t n) {
+    const auto *c = static_cast<const unsigned char *>(p);
+    buf_.insert(buf_.end(), c, c + n);
+  }
+  template <typename T>
+  void pod(const T &v) {
+    bytes(&v, sizeof v);
+  }
+  void tensor_meta(const at::Tensor &t) {
+    pod(static_cast<int8_t>(t.scalar_type()));
+    pod(static_cast<int8_t>(t.dim()));
+    for (int64_t d : t.sizes()) pod(d);
+    for (int64_t s : t.strides()) pod(s);
+  }
+  const std::vector<unsigned char> &data() const { return buf_; }
+  void clear() { buf_.clear(); }
+
+ private:
+  std::vector<unsigned char> buf_;
+};
+
+void add_static(Key &k, const c10::IValue &v) {
+  if (v.isNone()) {
+    k.pod('N');
+  } else if (v.isInt()) {
+    k.pod('i');
+    k.pod(v.toInt());
+  } else if (v.isDouble()) {
+    k.pod('d');
+    k.pod(v.toDouble());
+  } else if (v.isBool()) {
+    k.pod('b');
+    k.pod(v.toBool());
+  } else if (v.isString()) {
+    k.pod('s');
+    const std::string &s = v.toStringRef();
+    k.pod(s.size());
+    k.bytes(s.data(), s.size());
+  } else if (v.isIntList()) {
+    k.pod('I');
+    auto l = v.toIntList();
+    k.pod(l.size());
+    for (int64_t x : l) k.pod(x);
+  } else if (v.isDoubleList()) {
+    k.pod('D');
+    auto l = v.toDoubleList();
+    k.pod(l.size());
+    for (double x : l) k.pod(x);
+  } else if (v.isBoolList()) {
+    k.pod('B');
+    auto l = v.toBoolList();
+    k.pod(l.size());
+    for (bool x : l) k.pod(x);
+  } else if (v.isDevice()) {
+    k.pod('v');
+    k.pod(static_cast<int8_t>(v.toDevice().type()));
+  } else {
+    throw Unsupported(std::string("argument of type ") + v.tagKind());
+  }
+}
+
+bool is_cpu_scalar(const at::Tensor &t) {
+  return t.defined() && t.device().type() == c10::DeviceType::CPU && t.dim() == 0;
+}
+
+// Where an argument tensor shares memory with an output tensor: 0 none, 1 the same view,
+// 2 other overlap.
+int alias_kind(const at::Tensor &in, const at::Tensor &out) {
+  if (!in.defined() || !out.defined() || in.device() != out.device()) return 0;
+  if (!in.storage().is_alias_of(out.storage())) return 0;
+  if (in.data_ptr() == out.data_ptr() && in.sizes() == out.sizes() &&
+      in.strides() == out.strides() && in.dtype() == out.dtype()) {
+    return 1;
+  }
+  return 2;
+}
+
+// ---- the call -------------------------------------------------------------------------------
+
+struct Call {
+  const OpInfo *info;
+  std::vector<c10::IValue> args;
+  std::vector<at::Tensor> outs;       // per return: the tensor it writes (existing or new)
+  c10::Device device{kTpu, 0};
+  tpu_precision_t precision;
+  Key key;
+
+  const at::Tensor *out_target(size_t r) const {
+    int a = info->return_alias[r];
+    return a >= 0 && args[a].isTensor() ? &args[a].toTensor() : nullptr;
+  }
+
+  void build_key() {
+    key.clear();
+    key.pod(info);
+    key.pod(static_cast<int8_t>(precision));
+    for (size_t i = 0; i < args.size(); i++) {
+      const c10::IValue &v = args[i];
+      switch (info->kinds[i]) {
+        case ArgKind::Out:
+          key.pod('o');
+          key.tensor_meta(v.toTensor());
+          break;
+        case ArgKind::Tensor:
+          if (!v.isTensor() || !v.toTensor().defined()) {
+            key.pod('n');
+          } else if (is_cpu_scalar(v.toTensor())) {
+            key.pod('c');
+            key.pod(static_cast<int8_t>(v.toTensor().scalar_type()));
+          } else {
+            key.pod('t');
+            key.tensor_meta(v.toTensor());
+          }
+          break;
+        case ArgKind::TensorList: {
+          auto list = v.toTensorList();
+          key.pod('L');
+          key.pod(list.size());
+          for (const at::Tensor &t : list) key.tensor_meta(t);
+          break;
+        }
+        case ArgKind::OptTensorList: {
+          auto list = v.toOptionalTensorList();
+          key.pod('O');
+          key.pod(list.size());
+          for (const std::optional<at::Tensor> t : list) {
+            if (t && t->defined()) key.tensor_meta(*t);
+            else key.pod('n');
+          }
+          break;
+        }
+        case ArgKind::Scalar:
+          if (v.isNone()) {
+            key.pod('N');
+          } else {
+            at::Scalar s = v.toScalar();
+            if (s.isComplex()) throw Unsupported("complex scalar");
+            key.pod(s.isFloatingPoint() ? 'f' : s.isBoolean() ? 'b' : 'i');
+          }
+          break;
+        case ArgKind::Generator:
+          break;
+        case ArgKind::Static:
+          add_static(key, v);
+          break;
+      }
+    }
+    // aliasing between written tensors and every tensor argument
+    for (size_t r = 0; r < info->return_alias.size(); r++) {
+      const at::Tensor *o = out_target(r);
+      if (!o) continue;
+      for (size_t i = 0; i < args.size(); i++) {
+        if (static_cast<int>(i) == info->return_alias[r]) continue;
+        if (args[i].isTensor()) key.pod(static_cast<int8_t>(alias_kind(args[i].toTensor(), *o)));
+        if (args[i].isTensorList()) {
+          for (const at::Tensor &t : args[i].toTensorList()) {
+            key.pod(static_cast<int8_t>(alias_kind(t, *o)));
+          }
+        }
+      }
+    }
+  }
+};
+
+// The run-time inputs of one call, in parameter order.
+struct Inputs {
+  std::vector<void *> ptrs;
+  std::vector<std::array<unsigned char, 16>> slots;  // scalar values (reserved up front)
+  void scalar_slot(const void *value, size_t n) {
+    slots.emplace_back();
+    std::memcpy(slots.back().data(), value, n);
+  }
+};
+
+// Builds the parameters of a graph in argument order. The order here and in
+// collect_inputs must agree: tensors, CPU scalars and Scalars as they come; the
+// (seed, offset) pair of random ops last.
+void add_params(LowerCtx &ctx, const Call &call) {
+  tpu_graph_t *g = ctx.g;
+  ctx.value.assign(call.args.size(), TPU_NO_VALUE);
+  ctx.list.assign(call.args.size(), {});
+  for (size_t i = 0; i < call.args.size(); i++) {
+    const c10::IValue &v = call.args[i];
+    auto param_of = [&](const at::Tensor &t) -> tpu_value_t {
+      tpu_shape_t shape = to_shape(t.sizes());
+      if (is_cpu_scalar(t)) {
+        return tpu_graph_parameter(g, to_tpu_dtype(t.scalar_type()), &shape, nullptr);
+      }
+      return tpu_graph_parameter(g, to_tpu_dtype(t.scalar_type()), &shape,
+                                 t.is_contiguous() ? nullptr : t.strides().data());
+    };
+    switch (call.info->kinds[i]) {
+      case ArgKind::Tensor:
+        if (v.isTensor() && v.toTensor().defined()) ctx.value[i] = param_of(v.toTensor());
+        break;
+      case ArgKind::TensorList:
+        for (const at::Tensor &t : v.toTensorList()) ctx.list[i].push_back(param_of(t));
+        break;
+      case ArgKind::OptTensorList:
+        for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+          ctx.list[i].push_back(t && t->defined() ? param_of(*t) : TPU_NO_VALUE);
+        }
+        break;
+      case ArgKind::Scalar:
+        if (!v.isNone()) {
+          at::Scalar s = v.toScalar();
+          tpu_shape_t scalar{};
+          tpu_dtype_t dt = s.isFloatingPoint() ? TPU_F64 : s.isBoolean() ? TPU_BOOL : TPU_I64;
+          ctx.value[i] = tpu_graph_parameter(g, dt, &scalar, nullptr);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset) {
+  in.slots.reserve(call.args.size() + 2);
+  auto add_tensor = [&](const at::Tensor &t) {
+    if (is_cpu_scalar(t)) {
+      in.scalar_slot(t.const_data_ptr(), t.element_size());
+      in.ptrs.push_back(in.slots.back().data());
+    } else {
+      in.ptrs.push_back(const_cast<void *>(t.const_data_ptr()));
+    }
+  };
+  for (size_t i = 0; i < call.args.size(); i++) {
+    const c10::IValue &v = call.args[i];
+    switch (call.info->kinds[i]) {
+      case ArgKind::Tensor:
+        if (v.isTensor() && v.toTensor().defined()) add_tensor(v.toTensor());
+        break;
+      case ArgKind::TensorList:
+        for (const at::Tensor &t : v.toTensorList()) add_tensor(t);
+        break;
+      case ArgKind::OptTensorList:
+        for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+          if (t && t->defined()) add_tensor(*t);
+        }
+        break;
+      case ArgKind::Scalar:
+        if (!v.isNone()) {
+          at::Scalar s = v.toScalar();
+          if (s.isFloatingPoint()) {
+            double d = s.toDouble();
+            in.scalar_slot(&d, sizeof d);
+          } else if (s.isBoolean()) {
+            uint8_t b = s.toBool();
+            in.scalar_slot(&b, 1);
+          } else {
+            int64_t x = s.toLong();
+            in.scalar_slot(&x, sizeof x);
+          }
+          in.ptrs.push_back(in.slots.back().data());
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  if (call.info->random) {
+    in.scalar_slot(&seed, sizeof seed);
+    in.ptrs.push_back(in.slots.back().data());
+    in.scalar_slot(&offset, sizeof offset);
+    in.ptrs.push_back(in.slots.back().data());
+  }
+}
+
+// The meta twin of an argument. Wrapped Python numbers stay as they are (meta kernels
+// read their value for type promotion); other CPU scalars become meta tensors.
+at::Tensor to_meta(const at::Tensor &t) {
+  if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+// Runs PyTorch's meta kernel: result shapes/dtypes/strides, and PyTorch's own errors.
+std::vector<at::Tensor> meta_run(const c10::OperatorHandle &op, const Call &call) {
+  torch::jit::Stack stack;
+  for (size_t i = 0; i < call.args.size(); i++) {
+    const c10::IValue &v = call.args[i];
+    switch (call.info->kinds[i]) {
+      case ArgKind::Tensor:
+      case ArgKind::Out:
+        stack.emplace_back(v.isTensor() ? c10::IValue(to_meta(v.toTensor())) : v);
+        break;
+      case ArgKind::TensorList: {
+        std::vector<at::Tensor> l;
+        for (const at::Tensor &t : v.toTensorList()) l.push_back(to_meta(t));
+        stack.emplace_back(l);
+        break;
+      }
+      case ArgKind::OptTensorList: {
+        c10::List<std::optional<at::Tensor>> l;
+        for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+          l.push_back(t ? std::optional<at::Tensor>(to_meta(*t)) : std::nullopt);
+        }
+        stack.emplace_back(l);
+        break;
+      }
+      case ArgKind::Static:
+        if (v.isDevice() && v.toDevice().type() == kTpu) {
+          stack.emplace_back(c10::Device(c10::kMeta));
+          break;
+        }
+        stack.push_back(v);
+        break;
+      default:
+        stack.push_back(v);
+        break;
+    }
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+  std::vector<at::Tensor> outs;
+  for (const c10::IValue &r : stack) {
+    if (r.isNone()) {
+      outs.emplace_back();  // an undefined result (e.g. a gradient nobody asked for)
+    } else if (r.isTensor()) {
+      outs.push_back(r.toTensor());
+    } else {
+      throw Unsupported("non-tensor result");
+    }
+  }
+  return outs;
+}
+
+bool graph_is_elementwise(const tpu_graph_t *g) {
+  for (int i = 0; i < tpu_graph_num_nodes(g); i++) {
+    tpu_op_t op = tpu_graph_node(g, i)->op;
+    switch (tpu_op_family(op)) {
+      case TPU_FAMILY_UNARY:
+      case TPU_FAMILY_BINARY:
+      case TPU_FAMILY_COMPARE:
+        break;
+      case TPU_FAMILY_LEAF:
+        if (op == TPU_OP_RNG) return false;
+        break;
+      default:
+        if (op != TPU_OP_BROADCAST_IN_DIM && op != TPU_OP_RESHAPE) return false;
+    }
+  }
+  return true;
+}
+
+// What the engine must remember about an executable beyond the C program: which results
+// are undefined, and which arguments receive the trailing outputs (updates).
+struct ProgramInfo {
+  std::vector<bool> undefined;      // per return
+  std::vector<size_t> update_args;  // outputs after the defined returns write these args
+};
+
+std::mutex g_programs_mu;
+std::unordered_map<const tpu_executable_t *, ProgramInfo> g_programs;
+
+ProgramInfo program_info(const tpu_executable_t *exe) {
+  std::lock_guard<std::mutex> lock(g_programs_mu);
+  auto it = g_programs.find(exe);
+  return it == g_programs.end() ? ProgramInfo{} : it->second;
+}
+
+struct GraphDeleter {
+  void operator()(tpu_graph_t *g) const { tpu_graph_destroy(g); }
+};
+
+tpu_cache_t *eager_cache() {
+  static tpu_cache_t *cache = [] {
+    tpu_cache_t *c = nullptr;
+    check_status(tpu_cache_create(tpu_allocator_system(), &c), "tpu cache");
+    return c;
+  }();
+  return cache;
+}
+
+std::mutex g_unsupported_mu;
+std::unordered_set<std::string> g_unsupported;  // keys that run through the fallback
+
+std::string key_string(const Key &k) {
+  return std::string(k.data().begin(), k.data().end());
+}
+
+// Lowers and compiles one call (the cache missed). Returns nullptr if unsupported.
+tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
+                               const std::vector<at::Tensor> &metas) {
+  auto start = std::chrono::steady_clock::now();
+  tpu_graph_t *raw = nullptr;
+  check_status(tpu_graph_create(tpu_allocator_system(), &raw), "tpu graph");
+  std::unique_ptr<tpu_graph_t, GraphDeleter> g(raw);
+  LowerCtx ctx;
+  ctx.g = raw;
+  ctx.schema = &op.schema();
+  ctx.args = &call.args;
+  ctx.precision = call.precision;
+  ctx.out_meta = metas;
+  for (size_t r = 0; r < metas.size(); r++) {
+    if (const at::Tensor *o = call.out_target(r)) ctx.out_meta[r] = to_meta(*o);
+  }
+  add_params(ctx, call);
+  if (call.info->random) {
+    tpu_shape_t scalar{};
+    tpu_graph_parameter(raw, TPU_I64, &scalar, nullptr);  // seed
+    tpu_graph_parameter(raw, TPU_I64, &scalar, nullptr);  // offset
+  }
+  call.info->fn(ctx);
+  TORCH_INTERNAL_ASSERT(ctx.results.size() == metas.size(), call.info->name,
+                        ": lowering set ", ctx.results.size(), " results, expected ",
+                        metas.size());
+  tpu_compile_options_t opts{};
+  bool elementwise = graph_is_elementwise(raw);
+  ProgramInfo prog;
+  int out_index = 0;
+  // |target|: the tensor output |out_index| writes, if it exists already (out=, self,
+  // mutated argument) with |target_arg| its argument index.
+  auto add_output = [&](tpu_value_t v, const at::Tensor &layout, const at::Tensor *target,
+                        int target_arg) {
+    v = convert(raw, v, to_tpu_dtype(layout.scalar_type()));
+    check_status(tpu_graph_output(raw, v, layout.is_contiguous() ? nullptr : layout.strides().data()),
+                 "tpu graph output");
+    if (target) {
+      // The producer may write the output directly unless another argument shares its
+      // memory, or (for graphs that are not purely elementwise) the written tensor is
+      // itself read, as self of an in-place op or an input that is the same view.
+      int kind = call.info->kinds[target_arg] == ArgKind::Tensor ? 1 : 0;
+      for (size_t i = 0; i < call.args.size(); i++) {
+        if (static_cast<int>(i) == target_arg) continue;
+        if (call.args[i].isTensor()) kind = std::max(kind, alias_kind(call.args[i].toTensor(), *target));
+        if (call.args[i].isTensorList()) {
+          for (const at::Tensor &t : call.args[i].toTensorList()) {
+            kind = std::max(kind, alias_kind(t, *target));
+          }
+        }
+      }
+      if (kind == 2 || (kind == 1 && !elementwise)) {
+        opts.output_may_alias_input |= out_index < 64 ? 1ull << out_index : 0;
+      }
+    }
+    out_index++;
+  };
+  for (size_t r = 0; r < metas.size(); r++) {
+    prog.undefined.push_back(!ctx.out_meta[r].defined());
+    if (!ctx.out_meta[r].defined()) continue;
+    TORCH_INTERNAL_ASSERT(ctx.results[r] != TPU_NO_VALUE, call.info->name,
+                          ": lowering left result ", r, " unset");
+    add_output(ctx.results[r], ctx.out_meta[r], call.out_target(r), call.info->return_alias[r]);
+  }
+  for (const auto &[arg, v] : ctx.updates) {
+    const at::Tensor &t = call.args[arg].toTensor();
+    add_output(v, t, &t, static_cast<int>(arg));
+    prog.update_args.push_back(arg);
+  }
+  if (tpu_graph_status(raw) != TPU_OK) {
+    TORCH_CHECK(false, call.info->name, ": lowering built a bad graph: ",
+                tpu_graph_error_message(raw));
+  }
+  tpu_executable_t *exe = nullptr;
+  check_status(tpu_compile(raw, &opts, tpu_allocator_system(), &exe), call.info->name.c_str());
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::steady_clock::now() - start).count();
+  {
+    std::lock_guard<std::mutex> lock(g_programs_mu);
+    g_programs[exe] = prog;
+  }
+  const auto &k = call.key.data();
+  tpu_cache_insert(eager_cache(), k.data(), k.size(), tpu_cache_hash(k.data(), k.size()), exe,
+                   static_cast<uint64_t>(ns));
+  log_compile(call.info->name, exe, static_cast<uint64_t>(ns));
+  return exe;
+}
+
+struct RunTask {
+  tpu_executable_t *exe;
+  Inputs inputs;
+  std::vector<void *> outputs;
+  void *scratch;
+};
+
+tpu_status_t run_task(void *arg) {
+  auto *t = static_cast<RunTask *>(arg);
+  tpu_pool_t *pool = nullptr;
+  TPU_RETURN_IF_ERROR(tpu_pool_default(&pool));
+  return tpu_executable_run(t->exe, t->inputs.ptrs.data(), t->outputs.data(), t->scratch, pool);
+}
+
+void release_task(void *arg) {
+  auto *t = static_cast<RunTask *>(arg);
+  tpu_executable_release(t->exe);
+  delete t;
+}
+
+// Allocates the task's scratch, queues it on the chip's stream, and frees the scratch at
+// once: later users of that memory are queued behind this task (stream order).
+void launch(RunTask *task, c10::Device device, const char *name) {
+  tpu_device_t *dev = device_at(device.index());
+  size_t scratch_bytes = tpu_executable_scratch_bytes(task->exe);
+  if (scratch_bytes) {
+    tpu_status_t st = tpu_caching_alloc(tpu_device_allocator(dev), scratch_bytes, &task->scratch);
+    if (st != TPU_OK) {
+      release_task(task);
+      check_status(st, name);
+    }
+  }
+  tpu_task_t t{run_task, release_task, task, name};
+  tpu_status_t st = tpu_stream_enqueue(tpu_device_stream(dev), &t);
+  if (task->scratch) tpu_caching_free(tpu_device_allocator(dev), task->scratch);
+  if (st != TPU_OK) {
+    release_task(task);
+    check_status(st, name);
+  }
+}
+
+void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  const OpInfo &info = op_info(op);
+  Call call;
+  call.info = &info;
+  const size_t num_args = op.schema().arguments().size();
+  call.args.assign(stack->end() - num_args, stack->end());
+  call.precision = current_precision();
+
+  DeviceCheck check(info.name, accepts_cpu_indices(info.name));
+  for (const c10::IValue &v : call.args) {
+    if (v.isTensor()) check.tensor(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor &t : v.toTensorList()) check.tensor(t);
+    else if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+        if (t) check.tensor(*t);
+      }
+    } else if (v.isDevice()) check.device_arg(v.toDevice());
+  }
+  call.device = check.finish();
+  c10::DeviceGuard guard(call.device);
+
+  tpu_executable_t *exe = nullptr;
+  try {
+    call.build_key();
+  } catch (const Unsupported &) {
+    run_cpu_fallback(op, stack);
+    return;
+  }
+  for (int attempt = 0; attempt < 2 && !exe; attempt++) {
+    const auto &k = call.key.data();
+    exe = tpu_cache_lookup(eager_cache(), k.data(), k.size(), tpu_cache_hash(k.data(), k.size()));
+    if (exe) break;
+    {
+      std::lock_guard<std::mutex> lock(g_unsupported_mu);
+      if (g_unsupported.count(key_string(call.key))) {
+        run_cpu_fallback(op, stack);
+        return;
+      }
+    }
+    std::vector<at::Tensor> metas;
+    try {
+      metas = meta_run(op, call);
+    } catch (const Unsupported &) {
+      metas.clear();
+    } catch (const c10::NotImplementedError &) {
+      metas.clear();  // no meta kernel for this op
+    }
+    if (metas.empty() && !op.schema().returns().empty()) {
+      std::lock_guard<std::mutex> lock(g_unsupported_mu);
+      g_unsupported.insert(key_string(call.key));
+      run_cpu_fallback(op, stack);
+      return;
+    }
+    // out= tensors of the wrong size are resized (PyTorch's resize_output rules), which
+    // changes the signature: look again.
+    bool resized = false;
+    for (size_t r = 0; r < metas.size(); r++) {
+      const at::Tensor *o = call.out_target(r);
+      if (o && o->sizes() != metas[r].sizes()) {
+        at::native::resize_output(*o, metas[r].sizes());
+        resized = true;
+      }
+    }
+    if (resized) {
+      call.build_key();
+      continue;
+    }
+    try {
+      exe = compile_call(op, call, metas);
+    } catch (const Unsupported &) {
+      std::lock_guard<std::mutex> lock(g_unsupported_mu);
+      g_unsupported.insert(key_string(call.key));
+      run_cpu_fallback(op, stack);
+      return;
+    }
+  }
+  TORCH_INTERNAL_ASSERT(exe, info.name, ": no executable");
+
+  // results: the written argument, or a new tensor laid out as compiled
+  const ProgramInfo prog = program_info(exe);
+  const size_t num_returns = info.return_alias.size();
+  std::vector<at::Tensor> results(num_returns);
+  auto *task = new RunTask{exe, {}, {}, nullptr};
+  int out_index = 0;
+  for (size_t r = 0; r < num_returns; r++) {
+    if (r < prog.undefined.size() && prog.undefined[r]) continue;
+    if (const at::Tensor *o = call.out_target(r)) {
+      results[r] = *o;
+    } else {
+      const tpu_shape_t *s = tpu_executable_output_shape(exe, out_index);
+      std::vector<int64_t> sizes(s->dims, s->dims + s->rank);
+      int64_t st[TPU_MAX_RANK];
+      at::ScalarType dt = to_scalar_type(tpu_executable_output_dtype(exe, out_index));
+      auto options = at::TensorOptions().dtype(dt).device(call.device);
+      if (tpu_executable_output_strides(exe, out_index, st)) {
+        results[r] = at::empty_strided(sizes, c10::IntArrayRef(st, s->rank), options);
+      } else {
+        results[r] = at::empty(sizes, options);
+      }
+    }
+    task->outputs.push_back(results[r].data_ptr());
+    out_index++;
+  }
+  for (size_t arg : prog.update_args) task->outputs.push_back(call.args[arg].toTensor().data_ptr());
+  uint64_t seed = 0, offset = 0;
+  if (info.random) {
+    int64_t numel = 0;
+    for (const at::Tensor &t : results) numel += t.defined() ? t.numel() : 0;
+    reserve_philox(call.device.index(), numel, &seed, &offset);
+  }
+  collect_inputs(call, task->inputs, seed, offset);
+
+  launch(task, call.device, info.name.c_str());
+  if (eager_mode() == EagerMode::Debug) synchronize_device(call.device.index());
+
+  torch::jit::drop(*stack, num_args);
+  for (at::Tensor &r : results) stack->emplace_back(std::move(r));
+}
+
+// ---- copies ---------------------------------------------------------------------------------
+
+// A copy into a tpu tensor, as a program: convert to dst's dtype, broadcast to its shape,
+// write through its strides. |src| is a tpu tensor on dst's chip, or (for host-to-device
+// copies) a contiguous CPU snapshot the task keeps alive.
+struct CopyTask : RunTask {
+  at::Tensor keep_alive;
+};
+
+void release_copy_task(void *arg) {
+  auto *t = static_cast<CopyTask *>(arg);
+  tpu_executable_release(t->exe);
+  delete t;
+}
+
+tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, bool src_on_host) {
+  Key key;
+  key.pod('C');
+  key.pod(src_on_host);
+  key.tensor_meta(src);
+  key.tensor_meta(dst);
+  key.pod(static_cast<int8_t>(alias_kind(src, dst)));
+  const auto &k = key.data();
+  uint64_t hash = tpu_cache_hash(k.data(), k.size());
+  tpu_executable_t *exe = tpu_cache_lookup(eager_cache(), k.data(), k.size(), hash);
+  if (exe) return exe;
+  auto start = std::chrono::steady_clock::now();
+  tpu_graph_t *raw = nullptr;
+  check_status(tpu_graph_create(tpu_allocator_system(), &raw), "tpu graph");
+  std::unique_ptr<tpu_graph_t, GraphDeleter> g(raw);
+  tpu_shape_t ss = to_shape(src.sizes()), ds = to_shape(dst.sizes());
+  tpu_value_t v = tpu_graph_parameter(raw, to_tpu_dtype(src.scalar_type()), &ss,
+                                      src.is_contiguous() ? nullptr : src.strides().data());
+  v = broadcast_to(raw, convert(raw, v, to_tpu_dtype(dst.scalar_type())), ds);
+  check_status(tpu_graph_output(raw, v, dst.is_contiguous() ? nullptr : dst.strides().data()),
+               "copy_");
+  tpu_compile_options_t opts{};
+  if (alias_kind(src, dst)) opts.output_may_alias_input = 1;
+  check_status(tpu_compile(raw, &opts, tpu_allocator_system(), &exe), "copy_");
+  uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now() - start).count());
+  tpu_cache_insert(eager_cache(), k.data(), k.size(), hash, exe, ns);
+  log_compile("copy_", exe, ns);
+  return exe;
+}
+
+}  // namespace
+
+bool native_copy(const at::Tensor &src, const at::Tensor &dst) {
+  if (native_disabled() || dst.device().type() != kTpu || dst.numel() == 0) return false;
+  bool from_host = src.device().type() == c10::DeviceType::CPU;
+  if (!from_host && src.device() != dst.device()) return false;
+  at::Tensor source = src;
+  if (from_host) {
+    // snapshot the host data: the caller may overwrite it once copy_ returns
+    source = src.contiguous();
+    if (source.data_ptr() == src.data_ptr()) source = src.clone();
+  }
+  tpu_executable_t *exe;
+  try {
+    to_tpu_dtype(source.scalar_type());
+    to_tpu_dtype(dst.scalar_type());
+    exe = copy_program(source, dst, from_host);
+  } catch (const Unsupported &) {
+    return false;
+  }
+  c10::DeviceGuard guard(dst.device());
+  auto *task = new CopyTask();
+  task->exe = exe;
+  task->keep_alive = from_host ? source : at::Tensor();
+  task->inputs.ptrs.push_back(const_cast<void *>(source.const_data_ptr()));
+  task->outputs.push_back(dst.data_ptr());
+  tpu_device_t *dev = device_at(dst.device().index());
+  tpu_task_t t{run_task, release_copy_task, task, "aten::copy_"};
+  tpu_status_t st = tpu_stream_enqueue(tpu_device_stream(dev), &t);
+  if (st != TPU_OK) {
+    release_copy_task(task);
+    check_status(st, "aten::copy_");
+  }
+  if (eager_mode() == EagerMode::Debug) synchronize_device(dst.device().index());
+  return true;
+}
+
+void register_lowering(const char *op_name, LowerFn fn) {
+  static torch::Library *lib = new torch::Library(torch::Library::IMPL, "aten",
+                                                  c10::DispatchKey::PrivateUse1, __FILE__,
+                                                  __LINE__);
+  lowerings()[op_name] = fn;
+  if (native_disabled()) return;
+  lib->impl(op_name, torch::CppFunction::makeFromBoxedFunction<&native_kernel>());
+}
+
+void register_static_scalar(const char *op_name, const char *arg) {
+  static_scalars()[op_name].push_back(arg);
+}
+
+void eager_cache_stats(uint64_t *hits, uint64_t *misses, uint64_t *entries,
+                       uint64_t *compile_ns) {
+  tpu_cache_stats_t s;
+  tpu_cache_get_stats(eager_cache(), &s);
+  *hits = s.hits;
+  *misses = s.misses;
+  *entries = s.entries;
+  *compile_ns = s.compile_ns;
+}
+
+}  // namespace torchtpu

@@ -1,0 +1,104 @@
+// native.h: how an ATen op runs natively on the vTPU: lowered to an IR graph, compiled
+// once per signature, cached, and run on the chip's stream (native.cpp is the engine).
+//
+// A lowering (lower_*.cpp) gets a LowerCtx: the op's arguments, one IR parameter per
+// tensor argument and per runtime scalar, and the shapes/dtypes PyTorch's meta kernel
+// computed for the results. It builds the graph and sets ctx.results. It never sees data:
+// the same graph serves every call with the same signature. A lowering that cannot handle
+// a case throws Unsupported, and the call runs through the CPU fallback instead.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "tpu/ir.h"
+}
+
+namespace torchtpu {
+
+constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
+
+// Thrown by a lowering for a case it does not cover (the call falls back to the CPU).
+struct Unsupported : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct LowerCtx {
+  tpu_graph_t *g = nullptr;
+  const c10::FunctionSchema *schema = nullptr;
+  const std::vector<c10::IValue> *args = nullptr;  // the call's arguments (tpu tensors)
+  // Per argument: its IR value (tensor or runtime scalar), TPU_NO_VALUE otherwise.
+  std::vector<tpu_value_t> value;
+  // Per TensorList argument: the IR values of its elements.
+  std::vector<std::vector<tpu_value_t>> list;
+  // Per result: a meta tensor with PyTorch's shape, dtype and strides for it.
+  std::vector<at::Tensor> out_meta;
+  // Set by the lowering: the IR value of each result (converted to its dtype), or
+  // TPU_NO_VALUE for a result PyTorch leaves undefined (out_meta[i] undefined).
+  std::vector<tpu_value_t> results;
+  // Set by the lowering: new values of mutated arguments that are not results
+  // (batch norm's running statistics): (argument index, value).
+  std::vector<std::pair<size_t, tpu_value_t>> updates;
+  tpu_precision_t precision = TPU_PRECISION_DEFAULT;
+
+  const c10::IValue &arg(size_t i) const { return (*args)[i]; }
+  const at::Tensor &tensor(size_t i) const { return (*args)[i].toTensor(); }
+  tpu_value_t v(size_t i) const { return value[i]; }
+  tpu_dtype_t out_dtype(size_t i = 0) const;
+  tpu_shape_t out_shape(size_t i = 0) const;
+};
+
+using LowerFn = void (*)(LowerCtx &);
+
+// Registers |fn| as the native kernel of |op_name| ("add.out": an aten overload).
+void register_lowering(const char *op_name, LowerFn fn);
+
+// Runs the registrations of one lower_*.cpp file at library load.
+struct LoweringRegistrar {
+  LoweringRegistrar(std::initializer_list<std::pair<const char *, LowerFn>> entries) {
+    for (const auto &e : entries) register_lowering(e.first, e.second);
+  }
+};
+
+// Copies |src| (a tpu tensor on dst's chip, or a CPU tensor) into tpu tensor |dst| on the
+// chip's stream, converting dtype and broadcasting. False if the case is not handled
+// (the caller copies on the host instead).
+bool native_copy(const at::Tensor &src, const at::Tensor &dst);
+
+// Makes the Scalar argument |arg| of |op_name| part of the signature instead of a run-time
+// input, for lowerings whose graph depends on its value (the `ord` of a norm).
+void register_static_scalar(const char *op_name, const char *arg);
+
+// ---- helpers for lowerings ----------------------------------------------------------------
+
+tpu_dtype_t to_tpu_dtype(at::ScalarType t);  // throws Unsupported (complex, quantized, ...)
+tpu_shape_t to_shape(c10::IntArrayRef sizes);
+tpu_shape_t shape_of(const tpu_graph_t *g, tpu_value_t v);
+tpu_dtype_t dtype_of(const tpu_graph_t *g, tpu_value_t v);
+
+// |v| converted to |dtype| (no node if it already is).
+tpu_value_t convert(tpu_graph_t *g, tpu_value_t v, tpu_dtype_t dtype);
+// |v| broadcast (numpy rules, right-aligned) to |shape|.
+tpu_value_t broadcast_to(tpu_graph_t *g, tpu_value_t v, const tpu_shape_t &shape);
+// A scalar constant of |dtype| broadcast to |shape|.
+tpu_value_t full(tpu_graph_t *g, tpu_dtype_t dtype, const tpu_shape_t &shape, double value);
+tpu_value_t scalar_const(tpu_graph_t *g, tpu_dtype_t dtype, double value);
+// Elementwise op on operands converted to |dtype| and broadcast to |shape|.
+tpu_value_t ew2(tpu_graph_t *g, tpu_op_t op, tpu_value_t a, tpu_value_t b, tpu_dtype_t dtype,
+                const tpu_shape_t &shape);
+// Reduction over |dims| (negative dims wrap), optionally keeping them as size 1.
+tpu_value_t reduce_dims(tpu_graph_t *g, tpu_reduce_kind_t kind, tpu_value_t x,
+                        c10::IntArrayRef dims, bool keepdim);
+// Normalizes a possibly negative dim for a rank-|rank| tensor.
+int64_t wrap_dim(int64_t dim, int64_t rank);
+// The compute dtype for elementwise math on |t|: f32 for bf16/f16 (TPU vector units
+// are 32-bit), else the dtype itself.
+tpu_dtype_t compute_dtype(tpu_dtype_t t);
+
+}  // namespace torchtpu
