@@ -187,8 +187,6 @@ def test_cpu_index_tensors_are_accepted():
     assert torch.equal(y.cpu(), X.index_put((idx,), torch.ones(6, 7), accumulate=True))
 
 
-@pytest.mark.xfail(strict=False, reason="x[mask] needs the engine to let the lowering decline before "
-                   "PyTorch's meta kernel runs (it raises NotImplementedError for data-dependent shapes)")
 def test_boolean_mask_read_falls_back_correctly():
     y = tpu(X)[tpu(X) > 0]
     assert torch.equal(y.cpu(), X[X > 0])
@@ -245,3 +243,25 @@ def test_out_of_range_index_raises_at_the_op_in_debug_mode():
     """ % OUT_OF_RANGE
     result = run_json(code, {"TORCHTPU_EAGER": "debug"})
     assert result == {**{k: "IndexError" for k in OUT_OF_RANGE}, "after": True}
+
+
+def test_cpu_index_tensor_is_read_at_call_time():
+    # the index tensor may be freed or overwritten right after the call (strict mode)
+    x = tpu(torch.arange(10.0))
+    idx = torch.tensor([0, 3])
+    y = x[idx]
+    idx.fill_(9)
+    del idx
+    assert y.cpu().tolist() == [0.0, 3.0]
+
+
+def test_explicit_generator_is_honoured():
+    g = torch.Generator(device="tpu")
+    g.manual_seed(5)
+    a = torch.rand(100, device="tpu", generator=g)
+    g.manual_seed(5)
+    b = torch.rand(100, device="tpu", generator=g)
+    c = torch.rand(100, device="tpu")
+    assert torch.equal(a.cpu(), b.cpu()) and not torch.equal(a.cpu(), c.cpu())
+    with pytest.raises(RuntimeError, match="tpu"):
+        torch.rand(3, device="tpu", generator=torch.Generator())

@@ -427,9 +427,11 @@ static int guarded(F fn) {
   }
 }
 
-void torchtpu::reserve_philox(c10::DeviceIndex index, int64_t count, uint64_t *seed,
-                              uint64_t *offset) {
-  at::Generator gen = default_generator(index);
+void torchtpu::reserve_philox(c10::DeviceIndex index, const std::optional<at::Generator> &g,
+                              int64_t count, uint64_t *seed, uint64_t *offset) {
+  at::Generator gen = g && g->defined() ? *g : default_generator(index);
+  TORCH_CHECK(gen.device().type() == kTpu, "Expected a 'tpu' device type for generator but found '",
+              gen.device().type(), "'");
   std::lock_guard<std::mutex> lock(gen.mutex());
   auto *impl = gen.get<TpuGenerator>();
   *seed = impl->current_seed();

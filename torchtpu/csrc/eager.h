@@ -3,10 +3,12 @@
 // torchtpu.set_matmul_precision), compile logging, and the random-number offsets.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 extern "C" {
@@ -33,9 +35,10 @@ void set_precision(tpu_precision_t p);
 // With TORCHTPU_LOG_RECOMPILES=1, prints one line per compile.
 void log_compile(const std::string &op, const tpu_executable_t *exe, uint64_t ns);
 
-// Reserves |count| random numbers of chip |index|'s generator: the (seed, offset) the
-// kernel must use. Advances the generator's offset.
-void reserve_philox(c10::DeviceIndex index, int64_t count, uint64_t *seed, uint64_t *offset);
+// Reserves |count| random numbers of |gen| (if given, a tpu generator) or else chip
+// |index|'s default generator: the (seed, offset) the kernel must use. Advances the offset.
+void reserve_philox(c10::DeviceIndex index, const std::optional<at::Generator> &gen,
+                    int64_t count, uint64_t *seed, uint64_t *offset);
 
 at::ScalarType to_scalar_type(tpu_dtype_t t);
 

@@ -51,6 +51,8 @@ struct OpInfo {
   std::vector<ArgKind> kinds;       // per argument
   std::vector<int> return_alias;    // per return: the argument it writes into, or -1
   bool random = false;              // takes (seed, offset) run-time inputs
+  bool cpu_indices = false;         // CPU index tensors are allowed (indexing ops)
+  bool mask_reads = false;          // x[mask] reads: the result shape depends on the data
 };
 
 std::unordered_map<std::string, LowerFn> &lowerings() {
@@ -98,6 +100,8 @@ OpInfo make_info(const c10::OperatorHandle &op, const std::string &short_name, L
     if (info.kinds.back() == ArgKind::Generator) info.random = true;
   }
   if (op.hasTag(at::Tag::nondeterministic_seeded)) info.random = true;
+  info.cpu_indices = accepts_cpu_indices(info.name);
+  info.mask_reads = info.cpu_indices && info.name.find("index_put") == std::string::npos;
   for (const auto &r : s.returns()) {
     int alias = -1;
     if (r.alias_info() && r.alias_info()->isWrite()) {
@@ -114,9 +118,9 @@ OpInfo make_info(const c10::OperatorHandle &op, const std::string &short_name, L
   return info;
 }
 
-const OpInfo &op_info(const c10::OperatorHandle &op) {
+const OpInfo &op_info_slow(const c10::OperatorHandle &op) {
   static std::mutex mu;
-  static std::unordered_map<const void *, OpInfo> infos;
+  static std::unordered_map<const void *, OpInfo> infos;  // nodes never move
   const void *id = &op.schema();
   std::lock_guard<std::mutex> lock(mu);
   auto it = infos.find(id);
@@ -126,6 +130,17 @@ const OpInfo &op_info(const c10::OperatorHandle &op) {
   auto fn = lowerings().find(name);
   TORCH_INTERNAL_ASSERT(fn != lowerings().end(), "tpu: no lowering registered for ", name);
   return infos.emplace(id, make_info(op, name, fn->second)).first->second;
+}
+
+// The hot path: a per-thread cache in front of the shared table.
+const OpInfo &op_info(const c10::OperatorHandle &op) {
+  thread_local std::unordered_map<const void *, const OpInfo *> cache;
+  const void *id = &op.schema();
+  auto it = cache.find(id);
+  if (it != cache.end()) return *it->second;
+  const OpInfo &info = op_info_slow(op);
+  cache.emplace(id, &info);
+  return info;
 }
 
 // ---- signature keys --------------------------------------------------------------------------
@@ -147,7 +162,10 @@ class Key {
     for (int64_t s : t.strides()) pod(s);
   }
   const std::vector<unsigned char> &data() const { return buf_; }
-  void clear() { buf_.clear(); }
+  void clear() {
+    buf_.clear();
+    buf_.reserve(256);
+  }
 
  private:
   std::vector<unsigned char> buf_;
@@ -300,6 +318,7 @@ struct Call {
 struct Inputs {
   std::vector<void *> ptrs;
   std::vector<std::array<unsigned char, 16>> slots;  // scalar values (reserved up front)
+  std::vector<at::Tensor> host_copies;  // CPU tensor arguments (indices), read at call time
   void scalar_slot(const void *value, size_t n) {
     slots.emplace_back();
     std::memcpy(slots.back().data(), value, n);
@@ -351,10 +370,15 @@ void add_params(LowerCtx &ctx, const Call &call) {
 
 void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset) {
   in.slots.reserve(call.args.size() + 2);
+  in.host_copies.reserve(call.args.size());
   auto add_tensor = [&](const at::Tensor &t) {
     if (is_cpu_scalar(t)) {
       in.scalar_slot(t.const_data_ptr(), t.element_size());
       in.ptrs.push_back(in.slots.back().data());
+    } else if (t.device().type() == c10::DeviceType::CPU) {
+      // a CPU index tensor: copied now, as CUDA reads it at call time; the task owns it
+      in.host_copies.push_back(at::empty_strided(t.sizes(), t.strides(), t.options()).copy_(t));
+      in.ptrs.push_back(in.host_copies.back().data_ptr());
     } else {
       in.ptrs.push_back(const_cast<void *>(t.const_data_ptr()));
     }
@@ -486,10 +510,13 @@ struct ProgramInfo {
 std::mutex g_programs_mu;
 std::unordered_map<const tpu_executable_t *, ProgramInfo> g_programs;
 
-ProgramInfo program_info(const tpu_executable_t *exe) {
+// Entries are never erased (cached executables live for the process), so the pointer
+// stays valid without the lock.
+const ProgramInfo *program_info(const tpu_executable_t *exe) {
+  static const ProgramInfo none;
   std::lock_guard<std::mutex> lock(g_programs_mu);
   auto it = g_programs.find(exe);
-  return it == g_programs.end() ? ProgramInfo{} : it->second;
+  return it == g_programs.end() ? &none : &it->second;
 }
 
 struct GraphDeleter {
@@ -620,6 +647,20 @@ void release_task(void *arg) {
   delete t;
 }
 
+// True if an index argument is a boolean or byte mask (x[mask]): the result's shape
+// depends on the data, which a compiled program cannot know.
+bool has_mask_index(const std::vector<c10::IValue> &args) {
+  for (const c10::IValue &v : args) {
+    if (!v.isOptionalTensorList()) continue;
+    for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+      if (t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 // Allocates the task's scratch, queues it on the chip's stream, and frees the scratch at
 // once: later users of that memory are queued behind this task (stream order).
 void launch(RunTask *task, c10::Device device, const char *name) {
@@ -649,7 +690,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   call.args.assign(stack->end() - num_args, stack->end());
   call.precision = current_precision();
 
-  DeviceCheck check(info.name, accepts_cpu_indices(info.name));
+  DeviceCheck check(info.name, info.cpu_indices);
   for (const c10::IValue &v : call.args) {
     if (v.isTensor()) check.tensor(v.toTensor());
     else if (v.isTensorList()) for (const at::Tensor &t : v.toTensorList()) check.tensor(t);
@@ -661,6 +702,10 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   }
   call.device = check.finish();
   c10::DeviceGuard guard(call.device);
+  if (info.mask_reads && has_mask_index(call.args)) {  // result shape depends on the data
+    run_cpu_fallback(op, stack);
+    return;
+  }
 
   tpu_executable_t *exe = nullptr;
   try {
@@ -720,7 +765,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   TORCH_INTERNAL_ASSERT(exe, info.name, ": no executable");
 
   // results: the written argument, or a new tensor laid out as compiled
-  const ProgramInfo prog = program_info(exe);
+  const ProgramInfo &prog = *program_info(exe);
   const size_t num_returns = info.return_alias.size();
   std::vector<at::Tensor> results(num_returns);
   auto *task = new RunTask{exe, {}, {}, nullptr};
@@ -749,7 +794,13 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   if (info.random) {
     int64_t numel = 0;
     for (const at::Tensor &t : results) numel += t.defined() ? t.numel() : 0;
-    reserve_philox(call.device.index(), numel, &seed, &offset);
+    std::optional<at::Generator> gen;
+    for (size_t i = 0; i < call.args.size(); i++) {
+      if (info.kinds[i] == ArgKind::Generator && call.args[i].isGenerator()) {
+        gen = call.args[i].toGenerator();
+      }
+    }
+    reserve_philox(call.device.index(), gen, numel, &seed, &offset);
   }
   collect_inputs(call, task->inputs, seed, offset);
 
