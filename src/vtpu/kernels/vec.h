@@ -38,6 +38,11 @@ typedef struct tpu_vec_ops {
                       int64_t sb, uint16_t *out, int64_t n);
   void (*bf16_to_f32)(const uint16_t *x, float *y, int64_t n);
   void (*f32_to_bf16)(const float *x, uint16_t *y, int64_t n); /* nearest even, as dtype.h */
+  /* Philox4x32-10 on counters ctr + i (i < n; 64-bit counter in words 0 and 1, words 2
+   * and 3 zero) under key (lo32(key), hi32(key)): output word j of counter i goes to
+   * wj[i]. w1, w2, w3 may be NULL when not needed. */
+  void (*philox)(uint64_t ctr, uint64_t key, int64_t n, uint32_t *w0, uint32_t *w1,
+                 uint32_t *w2, uint32_t *w3);
   /* The same six loops with non-temporal (cache-bypassing) stores for the output, for
    * outputs too large to stay in cache (TPU_EW_STREAM_BYTES); same results. Call
    * stream_fence after the last of a run of them, before the data is handed on. */
@@ -50,11 +55,6 @@ typedef struct tpu_vec_ops {
   void (*bf16_to_f32_stream)(const uint16_t *x, float *y, int64_t n);
   void (*f32_to_bf16_stream)(const float *x, uint16_t *y, int64_t n);
   void (*stream_fence)(void);
-  /* Philox4x32-10 on counters ctr + i (i < n; 64-bit counter in words 0 and 1, words 2
-   * and 3 zero) under key (lo32(key), hi32(key)): output word j of counter i goes to
-   * wj[i]. w1, w2, w3 may be NULL when not needed. */
-  void (*philox)(uint64_t ctr, uint64_t key, int64_t n, uint32_t *w0, uint32_t *w1,
-                 uint32_t *w2, uint32_t *w3);
 } tpu_vec_ops_t;
 
 bool tpu_vec_unary_has(tpu_op_t op);  /* EXP LOG TANH LOGISTIC ERF SQRT RSQRT NEG ABS */

@@ -44,10 +44,9 @@ static inline vf v_nan_through(vf x, vf y) { return vf_sel(vf_unord(x, x), vf_ad
 
 /* ---- exp ------------------------------------------------------------------------------- */
 
-static inline vf v_exp(vf x) {
+/* e^x for x in [-104, 89] or NaN (the callers clamp). */
+static inline vf v_exp_core(vf xc) {
   const vf magic = vf_set(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
-  /* constants first: minps/maxps return the second operand for NaN, so NaN flows through */
-  vf xc = vf_min(vf_set(89.0f), vf_max(vf_set(-104.0f), x));
   vf t = vf_fma(xc, vf_set(1.44269504088896341f), magic);
   vi n = vi_sub(vf_as_vi(t), vf_as_vi(magic));
   vf nf = vf_sub(t, magic);
@@ -69,6 +68,12 @@ static inline vf v_exp(vf x) {
   vf s2 = vi_as_vf(vi_sll(vi_add(n2, vi_set(127)), 23));
   return vf_mul(vf_mul(y, s1), s2);
 #endif
+}
+
+static inline vf v_exp(vf x) {
+  /* constants first: minps/maxps return the second operand for NaN, so NaN flows through;
+   * below -104 the result rounds to 0, above 89 to inf */
+  return v_exp_core(vf_min(vf_set(89.0f), vf_max(vf_set(-104.0f), x)));
 }
 
 /* ---- log ------------------------------------------------------------------------------- */
@@ -151,7 +156,7 @@ static inline vf v_erf(vf x) {
   r = vf_fma(r, u, vf_set(2.488894761e-02f));
   r = vf_fma(r, u, vf_set(-7.434741408e-02f));
   r = vf_fma(r, u, vf_set(2.108075917e-01f));
-  vf e = v_exp(v_neg(vf_mul(al, al)));
+  vf e = v_exp_core(v_neg(vf_mul(al, al))); /* -x^2 in [-16, 0] needs no clamp */
   vf large = vf_fnma(e, r, vf_set(1.0f));
   vf y = vf_sel(vf_lt(ax, vf_set(1.0f)), small, large); /* NaN: both are NaN */
   return vf_or(y, v_sign_of(x));
