@@ -232,7 +232,11 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t *stream, const tpu_task_t *task) {
   stream_node_t *n;
   TPU_RETURN_IF_ERROR(node_new(stream, NODE_TASK, &n));
   n->task = *task;
-  snprintf(n->op_name, sizeof(n->op_name), "%s", task->op_name ? task->op_name : "task");
+  /* a bounded copy (not snprintf: this is on every op's hot path) */
+  const char *name = task->op_name ? task->op_name : "task";
+  size_t len = strnlen(name, sizeof(n->op_name) - 1);
+  memcpy(n->op_name, name, len);
+  n->op_name[len] = '\0';
   n->task.op_name = n->op_name;
   node_push(stream, n);
   return TPU_OK;
