@@ -22,6 +22,7 @@
 
 #define STREAM_MESSAGE_CAP 512
 
+
 typedef enum node_kind { NODE_TASK, NODE_RECORD, NODE_WAIT } node_kind_t;
 
 typedef struct stream_node {
@@ -43,6 +44,7 @@ struct tpu_stream {
   uint64_t enqueued;        /* tickets handed out */
   uint64_t completed;       /* ticket of the last finished node */
   uint64_t tasks_completed; /* user tasks run */
+  bool worker_sleeping;     /* the worker waits on work_cv: only then pushes signal */
   bool stopping;
   tpu_status_t error;       /* first error since the last synchronize */
   char error_message[STREAM_MESSAGE_CAP];
@@ -136,7 +138,11 @@ static void *worker_main(void *arg) {
   tpu_stream_t *s = arg;
   pthread_mutex_lock(&s->mu);
   for (;;) {
-    while (!s->head && !s->stopping) pthread_cond_wait(&s->work_cv, &s->mu);
+    while (!s->head && !s->stopping) {
+      s->worker_sleeping = true;
+      pthread_cond_wait(&s->work_cv, &s->mu);
+      s->worker_sleeping = false;
+    }
     stream_node_t *n = s->head;
     if (!n) break; /* stopping and drained */
     s->head = n->next;
@@ -221,7 +227,7 @@ static void node_push(tpu_stream_t *s, stream_node_t *n) {
   else s->head = n;
   s->tail = n;
   s->enqueued++;
-  pthread_cond_signal(&s->work_cv);
+  if (s->worker_sleeping) pthread_cond_signal(&s->work_cv);
   pthread_mutex_unlock(&s->mu);
 }
 

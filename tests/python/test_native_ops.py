@@ -280,3 +280,14 @@ def test_cross_entropy_bad_target_is_index_error():
         torch.nn.functional.cross_entropy(logits, tpu(torch.tensor([0, 1, 5, 2])))
         torch.tpu.synchronize()
     assert torch.nn.functional.cross_entropy(logits, tpu(torch.tensor([0, 1, 2, 2]))).item() > 0
+
+
+def test_conjugate_views_copy_without_recursing():
+    # _copy_from must not go through the conjugate fallback (which copies again): a crash
+    # found by running all of op_db (torch.fft.hfft on tpu)
+    c = torch.randn(6, dtype=torch.complex64)
+    t = tpu(c)
+    assert torch.equal(t.conj().cpu(), c.conj())
+    assert torch.equal(t.conj().clone().cpu(), c.conj().resolve_conj())
+    x = torch.randn(5)
+    torch.testing.assert_close(torch.fft.hfft(tpu(x)).cpu(), torch.fft.hfft(x))

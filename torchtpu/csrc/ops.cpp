@@ -434,6 +434,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", TORCH_FN(tpu_record_stream));
 }
 
+// _copy_from resolves the conjugate and negative bits itself (host aliases carry them into
+// the CPU copy), so those keys' materializing fallbacks, which would clone and so copy
+// again, must fall through here.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
 }
