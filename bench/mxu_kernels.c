@@ -144,8 +144,9 @@ int main(int argc, char **argv) {
            gbb);
     free(a), free(b), free(c), free(ah), free(bh), free(ch);
   }
-  printf("conv2d 3x3 pad 1, (32, 64, 32, 32) x (64, 64, 3, 3): DEFAULT %.1f, HIGHEST %.1f GFLOP/s\n",
-         bench_conv(32, 64, 64, 32, TPU_PRECISION_DEFAULT, pool),
-         bench_conv(32, 64, 64, 32, TPU_PRECISION_HIGHEST, pool));
+  printf(
+      "conv2d 3x3 pad 1, (32, 64, 32, 32) x (64, 64, 3, 3): DEFAULT %.1f, HIGHEST %.1f GFLOP/s\n",
+      bench_conv(32, 64, 64, 32, TPU_PRECISION_DEFAULT, pool),
+      bench_conv(32, 64, 64, 32, TPU_PRECISION_HIGHEST, pool));
   return 0;
 }

@@ -16,7 +16,6 @@
 #include "tpu/kernels.h"
 #include "vtpu/kernels/gemm.h"
 #include "vtpu/kernels/gemm_kernels.h"
-#include "vtpu/kernels/vec.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
@@ -514,7 +513,7 @@ TEST(bad_arguments) {
 /* ---- every GEMM micro-kernel the CPU has, through the internal entry point ----------- */
 
 TEST(every_gemm_kernel) {
-  const tpu_cpu_features_t *f = tpu_cpu_features_detected();
+  const tpu_cpu_features_t *f = tpu_cpu_features(); /* as masked by TORCHTPU_ISA */
   const tpu_gemm_kernel_t *kerns[4] = {&tpu_gemm_kernel_portable, NULL, NULL, NULL};
   if (tpu_gemm_have_x86_kernels() && f->avx2_fma) kerns[1] = &tpu_gemm_kernel_avx2;
   if (tpu_gemm_have_x86_kernels() && f->avx512f) kerns[2] = &tpu_gemm_kernel_avx512;
@@ -595,13 +594,39 @@ TEST(packers_agree) {
           for (int64_t w0 = 0; w0 < W; w0 += width) {
             int64_t kpass = K + bf16, n = passes * kpass / (bf16 ? 2 : 1) * width;
             uint32_t *p1 = calloc((size_t)n, 4), *p2 = calloc((size_t)n, 4);
+            /* the portable packer in one go, the AVX-512 one in two k ranges */
+            int64_t mid = kpass / 4 * 2;
             tpu_gemm_pack_panel(bf16 ? TPU_GEMM_FORMAT_BF16 : TPU_GEMM_FORMAT_F32, &src, w0, width,
-                                kpass, p1);
-            CHECK(bf16 ? tpu_gemm_pack_panel_bf16_avx512(&src, w0, width, kpass, p2)
-                       : tpu_gemm_pack_panel_f32_avx512(&src, w0, width, kpass, p2));
+                                kpass, 0, kpass, p1);
+            for (int h = 0; h < 2; h++) {
+              int64_t kb = h ? mid : 0, ke = h ? kpass : mid;
+              CHECK(bf16 ? tpu_gemm_pack_panel_bf16_avx512(&src, w0, width, kpass, kb, ke, p2)
+                         : tpu_gemm_pack_panel_f32_avx512(&src, w0, width, kpass, kb, ke, p2));
+            }
             if (memcmp(p1, p2, (size_t)n * 4) != 0) {
               fprintf(stderr, "  packers differ: %s layout %d comps %d format %d\n",
                       tpu_dtype_name(dt), layout, cv, fmt);
+              check_current_failed = 1;
+            }
+            free(p1), free(p2);
+          }
+        }
+        if (layout == 1) { /* the whole-row packer: all panels of width 16 and 32 at once */
+          for (int width = 16; width <= 32; width += 16) {
+            int64_t kpass = K + bf16, steps = passes * kpass / (bf16 ? 2 : 1);
+            int64_t np = (W + width - 1) / width, n = np * steps * width;
+            tpu_gemm_format_t fm = bf16 ? TPU_GEMM_FORMAT_BF16 : TPU_GEMM_FORMAT_F32;
+            uint32_t *p1 = calloc((size_t)n, 4), *p2 = calloc((size_t)n, 4);
+            for (int64_t pi = 0; pi < np; pi++) {
+              tpu_gemm_pack_panel(fm, &src, pi * width, width, kpass, 0, kpass,
+                                  p1 + pi * steps * width);
+            }
+            CHECK(tpu_gemm_pack_rows_avx512(fm, &src, width, np, kpass, 0, 2, p2, steps * width));
+            CHECK(tpu_gemm_pack_rows_avx512(fm, &src, width, np, kpass, 2, kpass, p2,
+                                            steps * width));
+            if (memcmp(p1, p2, (size_t)n * 4) != 0) {
+              fprintf(stderr, "  row packer differs: %s comps %d format %d width %d\n",
+                      tpu_dtype_name(dt), cv, fmt, width);
               check_current_failed = 1;
             }
             free(p1), free(p2);

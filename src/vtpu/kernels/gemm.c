@@ -6,6 +6,8 @@
  *
  *   for each group of batches (packed bytes bounded by kGroupBytes):
  *     pack every A panel (mr rows x all of K') and B panel (nr cols x all of K')  [parallel]
+ *       (panel by panel, or k chunk by k chunk along whole source rows when the
+ *        source is contiguous along M / N: reads then stream through memory)
  *     for each task (batch, nc-block of N, mc-block of M)                          [parallel]
  *       for pc over K' in kc steps          (B micro-panel kc x nr stays in L1)
  *         for jr over the nc block by nr    (A block mc x kc stays in L2)
@@ -135,38 +137,34 @@ tpu_status_t tpu_gemm_axis_make(const char *what, int n, const int64_t *dims,
 #define GEMM_MAX_WIDTH 64
 
 void tpu_gemm_pack_panel(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *src, int64_t w0,
-                         int width, int64_t kpass, void *dst) {
+                         int width, int64_t kpass, int64_t kb, int64_t ke, void *dst) {
   const tpu_gemm_axis_t *wax = src->w, *kax = src->k;
   int64_t K = kax->size;
   int wn = (int)(wax->size - w0 < width ? wax->size - w0 : width); /* valid rows */
   int64_t woff[GEMM_MAX_WIDTH];
   for (int i = 0; i < wn; i++) woff[i] = tpu_gemm_axis_offset(wax, w0 + i);
-  bool w_unit = !wax->offsets && wax->stride == 1;
-  bool k_unit = !kax->offsets && kax->stride == 1;
+  int64_t kv = ke < K ? ke : K; /* source rows end here; zeros after */
 
   if (format == TPU_GEMM_FORMAT_F32) {
     float *d = dst; /* (passes * kpass, width) */
     for (int p = 0; p < src->num_passes; p++) {
       int c = src->comp ? src->comp[p] : -1;
       float *dp = d + (int64_t)p * kpass * width;
-      if (src->dtype == TPU_F32 && c < 0 && w_unit) {
-        for (int64_t k = 0; k < K; k++) { /* rows of the source are contiguous */
+      bool raw_f32 = src->dtype == TPU_F32 && c < 0;
+      if (raw_f32 && !wax->offsets && wax->stride == 1) {
+        for (int64_t k = kb; k < kv; k++) { /* rows of the source are contiguous */
           const float *s = (const float *)src->data + w0 + tpu_gemm_axis_offset(kax, k);
           float *row = dp + k * width;
           for (int i = 0; i < wn; i++) row[i] = s[i];
           for (int i = wn; i < width; i++) row[i] = 0.0f;
         }
-      } else if (src->dtype == TPU_F32 && c < 0 && k_unit) {
+      } else if (raw_f32 && !tpu_gemm_panel_reads_rows(src)) {
         for (int i = 0; i < width; i++) { /* columns of the source are contiguous */
-          if (i >= wn) {
-            for (int64_t k = 0; k < K; k++) dp[k * width + i] = 0.0f;
-            continue;
-          }
-          const float *s = (const float *)src->data + woff[i];
-          for (int64_t k = 0; k < K; k++) dp[k * width + i] = s[k];
+          const float *s = (const float *)src->data + (i < wn ? woff[i] : 0);
+          for (int64_t k = kb; k < kv; k++) dp[k * width + i] = i < wn ? s[k] : 0.0f;
         }
       } else {
-        for (int64_t k = 0; k < K; k++) {
+        for (int64_t k = kb; k < kv; k++) {
           int64_t koff = tpu_gemm_axis_offset(kax, k);
           float *row = dp + k * width;
           for (int i = 0; i < wn; i++) {
@@ -176,7 +174,7 @@ void tpu_gemm_pack_panel(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *s
           for (int i = wn; i < width; i++) row[i] = 0.0f;
         }
       }
-      for (int64_t k = K; k < kpass; k++) {
+      for (int64_t k = kv > kb ? kv : kb; k < ke; k++) {
         for (int i = 0; i < width; i++) dp[k * width + i] = 0.0f;
       }
     }
@@ -186,7 +184,7 @@ void tpu_gemm_pack_panel(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *s
   uint16_t *d = dst; /* (passes * kpass / 2, width, 2) */
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp[p];
-    for (int64_t k = 0; k < kpass; k++) {
+    for (int64_t k = kb; k < ke; k++) {
       int64_t kk = (int64_t)p * kpass + k;
       uint16_t *slot = d + (kk >> 1) * width * 2 + (kk & 1);
       if (k >= K) {
@@ -242,6 +240,7 @@ static const tpu_gemm_kernel_t *pick_kernel(tpu_mxu_mode_t mode) {
 
 static const size_t kGroupBytes = (size_t)16 << 20;  /* packed A + B per batch group */
 static const int64_t kSerialWork = (int64_t)1 << 17; /* multiply-adds below which: 1 thread */
+static const int64_t kPackChunk = 64;                /* k per packing item (even) */
 
 typedef struct gemm_ctx {
   const tpu_gemm_t *g;
@@ -253,11 +252,15 @@ typedef struct gemm_ctx {
   size_t a_bytes, b_bytes;  /* packed bytes per batch */
   bool a_shared, b_shared;  /* same matrix in every batch (batch stride 0): packed once */
   int64_t pack_na, pack_nb; /* batches of A and B that the current group packs */
+  bool a_by_k, b_by_k;      /* packed k chunk by k chunk (else panel by panel) */
+  int64_t a_items, b_items; /* packing items per batch */
   char *apk, *bpk;          /* (group, mpanels, ksteps, mr) / (group, npanels, ksteps, nr) */
   int64_t b0, nb;           /* the current batch group */
   int64_t nic, njc, ntasks;
-  bool direct;        /* C tiles written straight into the output */
-  float *scratch;     /* (slots, mc, nc) C tiles when not direct */
+  bool direct;                   /* C tiles written straight into the output */
+  float *scratch;                /* (slots, mc, nc) C tiles when not direct */
+  int64_t nitems;                /* packing items in the current group */
+  atomic_int_fast64_t next_item; /* the next packing item to claim */
   atomic_int_fast64_t next_task;
 } gemm_ctx;
 
@@ -269,35 +272,68 @@ static const void *elem_ptr(const tpu_gemm_matrix_t *m, int64_t off) {
   return (const char *)m->data + off * (int64_t)tpu_dtype_size(m->dtype);
 }
 
-static void pack_range(void *arg, int64_t begin, int64_t end) {
-  gemm_ctx *x = arg;
+/* Packs the k range [kb, ke) of panel |panel| of A (is_a) or B for local batch |bl|. */
+static void pack_one(gemm_ctx *x, bool is_a, int64_t bl, int64_t panel, int64_t kb, int64_t ke) {
   const tpu_gemm_t *g = x->g;
   const tpu_gemm_kernel_t *kern = x->kern;
   bool bf16 = kern->format == TPU_GEMM_FORMAT_BF16;
-  for (int64_t it = begin; it < end; it++) {
-    bool is_a = it < x->pack_na * x->mpanels;
-    int64_t j = is_a ? it : it - x->pack_na * x->mpanels;
-    int64_t per = is_a ? x->mpanels : x->npanels;
-    int64_t bl = j / per, panel = j % per, b = x->b0 + bl;
-    int width = is_a ? kern->mr : kern->nr;
-    tpu_gemm_panel_src_t src;
-    const tpu_gemm_matrix_t *m = is_a ? &g->a : &g->b;
-    src.data = elem_ptr(m, boff(m, b));
-    src.dtype = m->dtype;
-    src.w = is_a ? &g->a.rows : &g->b.cols;
-    src.k = is_a ? &g->a.cols : &g->b.rows;
-    src.num_passes = x->passes;
-    src.comp = g->plan.mode == TPU_MXU_BF16 ? (is_a ? g->plan.a_comp : g->plan.b_comp) : NULL;
-    char *dst = (is_a ? x->apk + (size_t)bl * x->a_bytes : x->bpk + (size_t)bl * x->b_bytes) +
-                (size_t)panel * (size_t)x->ksteps * (size_t)width * 4;
-    int64_t w0 = panel * width;
-    if (kern->avx512_pack) {
-      if (bf16 ? tpu_gemm_pack_panel_bf16_avx512(&src, w0, width, x->kpass, dst)
-               : tpu_gemm_pack_panel_f32_avx512(&src, w0, width, x->kpass, dst)) {
-        continue;
-      }
+  const tpu_gemm_matrix_t *m = is_a ? &g->a : &g->b;
+  int width = is_a ? kern->mr : kern->nr;
+  tpu_gemm_panel_src_t src;
+  src.data = elem_ptr(m, boff(m, x->b0 + bl));
+  src.dtype = m->dtype;
+  src.w = is_a ? &g->a.rows : &g->b.cols;
+  src.k = is_a ? &g->a.cols : &g->b.rows;
+  src.num_passes = x->passes;
+  src.comp = g->plan.mode == TPU_MXU_BF16 ? (is_a ? g->plan.a_comp : g->plan.b_comp) : NULL;
+  char *dst = (is_a ? x->apk + (size_t)bl * x->a_bytes : x->bpk + (size_t)bl * x->b_bytes) +
+              (size_t)panel * (size_t)x->ksteps * (size_t)width * 4;
+  int64_t w0 = panel * width;
+  if (kern->avx512_pack &&
+      (bf16 ? tpu_gemm_pack_panel_bf16_avx512(&src, w0, width, x->kpass, kb, ke, dst)
+            : tpu_gemm_pack_panel_f32_avx512(&src, w0, width, x->kpass, kb, ke, dst))) {
+    return;
+  }
+  tpu_gemm_pack_panel(kern->format, &src, w0, width, x->kpass, kb, ke, dst);
+}
+
+/* The k range [kb, ke) of every panel of A or B at once, along whole source rows. */
+static bool pack_rows(gemm_ctx *x, bool is_a, int64_t bl, int64_t kb, int64_t ke) {
+  const tpu_gemm_t *g = x->g;
+  const tpu_gemm_matrix_t *m = is_a ? &g->a : &g->b;
+  int width = is_a ? x->kern->mr : x->kern->nr;
+  tpu_gemm_panel_src_t src;
+  src.data = elem_ptr(m, boff(m, x->b0 + bl));
+  src.dtype = m->dtype;
+  src.w = is_a ? &g->a.rows : &g->b.cols;
+  src.k = is_a ? &g->a.cols : &g->b.rows;
+  src.num_passes = x->passes;
+  src.comp = g->plan.mode == TPU_MXU_BF16 ? (is_a ? g->plan.a_comp : g->plan.b_comp) : NULL;
+  char *dst = is_a ? x->apk + (size_t)bl * x->a_bytes : x->bpk + (size_t)bl * x->b_bytes;
+  return tpu_gemm_pack_rows_avx512(x->kern->format, &src, width, is_a ? x->mpanels : x->npanels,
+                                   x->kpass, kb, ke, dst, x->ksteps * width);
+}
+
+/* Packing items: per batch, either one per panel (all of K) or, for an operand read along
+ * its rows (tpu_gemm_panel_reads_rows), one per k chunk across all its panels. */
+static void pack_slot(void *arg, int64_t begin, int64_t end) {
+  gemm_ctx *x = arg;
+  (void)begin, (void)end;
+  for (;;) { /* items differ in cost: claim them one at a time */
+    int64_t it = atomic_fetch_add(&x->next_item, 1);
+    if (it >= x->nitems) break;
+    bool is_a = it < x->pack_na * x->a_items;
+    int64_t j = is_a ? it : it - x->pack_na * x->a_items;
+    int64_t per = is_a ? x->a_items : x->b_items;
+    int64_t bl = j / per, r = j % per;
+    if (!(is_a ? x->a_by_k : x->b_by_k)) {
+      pack_one(x, is_a, bl, r, 0, x->kpass);
+      continue;
     }
-    tpu_gemm_pack_panel(kern->format, &src, w0, width, x->kpass, dst);
+    int64_t kb = r * kPackChunk, ke = kb + kPackChunk < x->kpass ? kb + kPackChunk : x->kpass;
+    int64_t panels = is_a ? x->mpanels : x->npanels;
+    if (x->kern->avx512_pack && pack_rows(x, is_a, bl, kb, ke)) continue;
+    for (int64_t panel = 0; panel < panels; panel++) pack_one(x, is_a, bl, panel, kb, ke);
   }
 }
 
@@ -599,6 +635,13 @@ tpu_status_t tpu_gemm_run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *k
   x.apk = ws;
   x.bpk = ws + abytes;
   x.scratch = sbytes ? (float *)(ws + abytes + bbytes) : NULL;
+  tpu_gemm_panel_src_t asrc = {NULL, g->a.dtype, &g->a.rows, &g->a.cols, 1, NULL};
+  tpu_gemm_panel_src_t bsrc = {NULL, g->b.dtype, &g->b.cols, &g->b.rows, 1, NULL};
+  int64_t kchunks = (x.kpass + kPackChunk - 1) / kPackChunk;
+  x.a_by_k = tpu_gemm_panel_reads_rows(&asrc) && kchunks > 1;
+  x.b_by_k = tpu_gemm_panel_reads_rows(&bsrc) && kchunks > 1;
+  x.a_items = x.a_by_k ? kchunks : x.mpanels;
+  x.b_items = x.b_by_k ? kchunks : x.npanels;
   x.nic = (M + kern->mc - 1) / kern->mc;
   x.njc = (N + kern->nc - 1) / kern->nc;
   for (int64_t b0 = 0; b0 < g->c.batch.size; b0 += group) {
@@ -606,10 +649,9 @@ tpu_status_t tpu_gemm_run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *k
     x.nb = g->c.batch.size - b0 < group ? g->c.batch.size - b0 : group;
     x.pack_na = x.a_shared ? (b0 == 0) : x.nb; /* shared operands: with the first group */
     x.pack_nb = x.b_shared ? (b0 == 0) : x.nb;
-    int64_t items = x.pack_na * x.mpanels + x.pack_nb * x.npanels;
-    int64_t pack_grain =
-        1 + (int64_t)(((size_t)1 << 16) / ((size_t)x.ksteps * (size_t)kern->nr + 1));
-    tpu_pool_parallel_for(pool, items, pack_grain, pack_range, &x);
+    x.nitems = x.pack_na * x.a_items + x.pack_nb * x.b_items;
+    atomic_store(&x.next_item, 0);
+    tpu_pool_parallel_for(pool, slots, 1, pack_slot, &x);
     x.ntasks = x.nb * x.nic * x.njc;
     atomic_store(&x.next_task, 0);
     tpu_pool_parallel_for(pool, slots, 1, compute_slot, &x);

@@ -8,10 +8,12 @@
  *      exact, accumulation in f32.
  *    - f32 at HIGH: x = hi + lo with hi = bf16(x), lo = bf16(x - hi); three bf16 passes
  *      hi*hi, hi*lo, lo*hi, each accumulated in f32 over all of K before the next one
- *      ("pass-major": the same order as three MXU matmuls added up).
+ *      ("pass-major": the same order as three MXU matmuls added up). An inf or NaN
+ *      operand enters through hi*hi only (see tpu_mxu_component), so HIGH keeps inf.
  *    - f32 at HIGHEST: exact f32 (f32 products rounded, fma, f32 accumulation). The TPU's
- *      six bf16 passes give about 22 bits; exact f32 gives 24, costs a sixth of the work
- *      on the host and is what the issue allows ("six, or exact f32").
+ *      six bf16 passes give about 22 bits; exact f32 gives 24, runs at the host's f32
+ *      FMA rate instead of a sixth of its bf16 rate (the HIGHEST speed target needs
+ *      that), and is what the issue allows ("six, or exact f32").
  *    - bf16 operands: one pass at every precision (a bf16 value is its own hi; lo = 0),
  *      so bf16 x bf16 products are exact and accumulate in f32.
  *    - f16 operands: TPUs have no f16 MXU path (XLA widens f16 to f32). We keep f16
@@ -19,7 +21,9 @@
  *      precision (f16 x f16 products are exact in f32), like PyTorch CPU's f16 matmul.
  *    - f64 on either side: f64 products and f64 accumulation.
  *    Mixed operands (f32 x bf16) take the passes whose components are not known zero.
- *    The result is rounded once to the output dtype.
+ *    The result is rounded once to the output dtype. The fast bf16 path (vcvtneps2bf16,
+ *    vdpbf16ps) flushes subnormals to zero, as the TPU does; the references keep them,
+ *    a difference far below the f32 accumulation tolerance.
  *
  * 2. A batched GEMM C[b] (M, N) = A[b] (M, K) x B[b] (K, N) over arbitrarily strided
  *    operands: each axis is either affine (stride, elements) or an offset table, so any
@@ -27,6 +31,11 @@
  *    copying the operands first. The fast path packs A and B into panels (bf16 pairs for
  *    the AVX512-BF16 micro-kernel, f32 otherwise), multiplies with a register-blocked
  *    micro-kernel, and splits the (batch, M-block, N-block) tiles over the thread pool.
+ *    Kernels by CPU (tpu_cpu_features, TORCHTPU_ISA): bf16 passes on AVX512-BF16 use
+ *    vdpbf16ps (32 MAC per instruction); exact f32 and CPUs without BF16 use an f32 FMA
+ *    micro-kernel (AVX-512, AVX2, or portable C) on bf16 components widened to f32,
+ *    which gives the same products. A thread that runs GEMMs keeps its last packing
+ *    workspace (up to 32 MiB) for the next call; it is freed when the thread exits.
  */
 #ifndef TPU_VTPU_KERNELS_GEMM_H
 #define TPU_VTPU_KERNELS_GEMM_H

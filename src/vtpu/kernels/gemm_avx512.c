@@ -165,7 +165,7 @@ TPU_AVX512BF16_INLINE static __m256i gather16(const char *s, const int64_t *off,
  * (unit stride, or a table whose 16 offsets are consecutive: an output row of an implicit
  * im2col), and gathered otherwise. */
 TPU_AVX512BF16 static void pack_bf16_rows(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                          int64_t kpass, uint32_t *d) {
+                                          int64_t kpass, int64_t kb, int64_t ke, uint32_t *d) {
   const tpu_gemm_axis_t *wax = src->w, *kax = src->k;
   int64_t K = kax->size;
   int wn = (int)(wax->size - w0 < width ? wax->size - w0 : width);
@@ -181,7 +181,7 @@ TPU_AVX512BF16 static void pack_bf16_rows(const tpu_gemm_panel_src_t *src, int64
   }
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp[p];
-    for (int64_t k = 0; k < kpass; k += 2) {
+    for (int64_t k = kb; k < ke; k += 2) {
       uint32_t *row = d + ((int64_t)p * kpass + k) / 2 * width;
       const char *s0 = k < K ? base + tpu_gemm_axis_offset(kax, k) * es : NULL;
       const char *s1 = k + 1 < K ? base + tpu_gemm_axis_offset(kax, k + 1) * es : NULL;
@@ -203,50 +203,49 @@ TPU_AVX512BF16 static void pack_bf16_rows(const tpu_gemm_panel_src_t *src, int64
   }
 }
 
-/* k contiguous: 32 consecutive k of one row become 16 pairs, scattered down the panel. */
+/* k contiguous: 32 consecutive k of each row become 16 pairs in a (width, 16) block,
+ * which is then transposed into the panel's (16, width) rows. */
 TPU_AVX512BF16 static void pack_bf16_cols(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                          int64_t kpass, uint32_t *d) {
+                                          int64_t kpass, int64_t kb, int64_t ke, uint32_t *d) {
   const tpu_gemm_axis_t *wax = src->w;
   int64_t K = src->k->size;
   int wn = (int)(wax->size - w0 < width ? wax->size - w0 : width);
   int64_t es = (int64_t)tpu_dtype_size(src->dtype);
-  __m512i vidx =
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(width));
+  const char *rows[64];
+  for (int i = 0; i < wn; i++) {
+    rows[i] = (const char *)src->data + tpu_gemm_axis_offset(wax, w0 + i) * es;
+  }
+  uint32_t t[64][16]; /* (row, pair) */
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp[p];
     uint32_t *dp = d + (int64_t)p * kpass / 2 * width;
-    for (int i = 0; i < width; i++) {
-      if (i >= wn) {
-        for (int64_t s = 0; s < kpass / 2; s++) dp[s * width + i] = 0;
-        continue;
+    for (int64_t k = kb; k < ke; k += 32) {
+      int64_t left = K - k;
+      int n0 = left <= 0 ? 0 : left >= 16 ? 16 : (int)left;
+      int n1 = left <= 16 ? 0 : left >= 32 ? 16 : (int)(left - 16);
+      for (int i = 0; i < width; i++) {
+        __m256i v0 = _mm256_setzero_si256(), v1 = _mm256_setzero_si256();
+        if (i < wn && n0) v0 = load16(rows[i] + k * es, src->dtype, n0, c);
+        if (i < wn && n1) v1 = load16(rows[i] + (k + 16) * es, src->dtype, n1, c);
+        _mm512_storeu_si512(t[i], _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1));
       }
-      const char *row = (const char *)src->data + tpu_gemm_axis_offset(wax, w0 + i) * es;
-      for (int64_t k = 0; k < kpass; k += 32) {
-        int64_t left = K - k;
-        int n0 = left <= 0 ? 0 : left >= 16 ? 16 : (int)left;
-        int n1 = left <= 16 ? 0 : left >= 32 ? 16 : (int)(left - 16);
-        __m256i v0 = n0 ? load16(row + k * es, src->dtype, n0, c) : _mm256_setzero_si256();
-        __m256i v1 = n1 ? load16(row + (k + 16) * es, src->dtype, n1, c) : _mm256_setzero_si256();
-        __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
-        int64_t pairs = (kpass - k) / 2 < 16 ? (kpass - k) / 2 : 16;
-        _mm512_mask_i32scatter_epi32(dp + k / 2 * width + i, first_n((int)pairs), vidx, v, 4);
+      int pairs = (ke - k) / 2 < 16 ? (int)((ke - k) / 2) : 16;
+      uint32_t *out = dp + k / 2 * width;
+      for (int j = 0; j < pairs; j++) {
+        for (int i = 0; i < width; i++) out[j * width + i] = t[i][j];
       }
     }
   }
 }
 
 bool tpu_gemm_pack_panel_bf16_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                     int64_t kpass, void *dst) {
-  const tpu_gemm_axis_t *wax = src->w, *kax = src->k;
+                                     int64_t kpass, int64_t kb, int64_t ke, void *dst) {
   if (src->dtype != TPU_F32 && src->dtype != TPU_BF16) return false;
   if (width > 64 || !tpu_cpu_features()->avx512_bf16) return false;
-  bool w_unit = !wax->offsets && wax->stride == 1;
-  bool k_unit = !kax->offsets && kax->stride == 1;
-  if (!w_unit && k_unit) {
-    pack_bf16_cols(src, w0, width, kpass, dst);
+  if (tpu_gemm_panel_reads_rows(src)) {
+    pack_bf16_rows(src, w0, width, kpass, kb, ke, dst);
   } else {
-    pack_bf16_rows(src, w0, width, kpass, dst);
+    pack_bf16_cols(src, w0, width, kpass, kb, ke, dst);
   }
   return true;
 }
@@ -299,15 +298,13 @@ TPU_AVX512_INLINE static __m512 load16_f32(const char *s, const int64_t *off, tp
 }
 
 TPU_AVX512 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                int64_t kpass, float *d) {
+                                int64_t kpass, int64_t kb, int64_t ke, float *d) {
   const tpu_gemm_axis_t *wax = src->w, *kax = src->k;
   int64_t K = kax->size;
   int wn = (int)(wax->size - w0 < width ? wax->size - w0 : width);
   int64_t es = (int64_t)tpu_dtype_size(src->dtype);
   const char *base = src->data;
-  bool w_unit = !wax->offsets && wax->stride == 1;
-  bool k_unit = !kax->offsets && kax->stride == 1;
-  if (!w_unit && k_unit) {
+  if (!tpu_gemm_panel_reads_rows(src)) {
     /* k contiguous: 16 consecutive k of one row, scattered down the panel */
     __m512i vidx =
         _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -317,12 +314,12 @@ TPU_AVX512 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int
       float *dp = d + (int64_t)p * kpass * width;
       for (int i = 0; i < width; i++) {
         const char *row = i < wn ? base + tpu_gemm_axis_offset(wax, w0 + i) * es : NULL;
-        for (int64_t k = 0; k < kpass; k += 16) {
+        for (int64_t k = kb; k < ke; k += 16) {
           int64_t left = K - k;
           int n = !row || left <= 0 ? 0 : left >= 16 ? 16 : (int)left;
           __m512 v = n ? component16_f32(load16_f32(row + k * es, NULL, src->dtype, n), c)
                        : _mm512_setzero_ps();
-          int steps = kpass - k < 16 ? (int)(kpass - k) : 16;
+          int steps = ke - k < 16 ? (int)(ke - k) : 16;
           _mm512_mask_i32scatter_ps(dp + k * width + i, first_n(steps), vidx, v, 4);
         }
       }
@@ -339,7 +336,7 @@ TPU_AVX512 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int
   }
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp ? src->comp[p] : -1;
-    for (int64_t k = 0; k < kpass; k++) {
+    for (int64_t k = kb; k < ke; k++) {
       float *row = d + ((int64_t)p * kpass + k) * width;
       const char *s = k < K ? base + tpu_gemm_axis_offset(kax, k) * es : NULL;
       for (int i = 0; i < width; i += 16) {
@@ -357,10 +354,82 @@ TPU_AVX512 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int
 }
 
 bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                    int64_t kpass, void *dst) {
+                                    int64_t kpass, int64_t kb, int64_t ke, void *dst) {
   if (src->dtype != TPU_F32 && src->dtype != TPU_BF16 && src->dtype != TPU_F16) return false;
   if (width > 64 || !tpu_cpu_features()->avx512f) return false;
-  pack_f32(src, w0, width, kpass, dst);
+  pack_f32(src, w0, width, kpass, kb, ke, dst);
+  return true;
+}
+
+/* ---- whole-row packer: every panel of a w-contiguous source in one sweep ------------------ */
+
+/* For each k (pair) of [kb, ke), reads the source rows from end to end and writes each run
+ * of 16 into its panel: two sequential read streams instead of one short strided read per
+ * panel and row. Panel i (w from i * width) is at dst + i * panel_stride entries. */
+TPU_AVX512BF16 static void pack_rows_bf16(const tpu_gemm_panel_src_t *src, int width,
+                                          int64_t npanels, int64_t kpass, int64_t kb, int64_t ke,
+                                          uint32_t *dst, int64_t panel_stride) {
+  int64_t W = src->w->size, K = src->k->size, es = (int64_t)tpu_dtype_size(src->dtype);
+  const char *base = src->data;
+  for (int p = 0; p < src->num_passes; p++) {
+    int c = src->comp[p];
+    for (int64_t k = kb; k < ke; k += 2) {
+      int64_t row = ((int64_t)p * kpass + k) / 2 * width;
+      const char *s0 = k < K ? base + tpu_gemm_axis_offset(src->k, k) * es : NULL;
+      const char *s1 = k + 1 < K ? base + tpu_gemm_axis_offset(src->k, k + 1) * es : NULL;
+      for (int64_t pi = 0; pi < npanels; pi++) {
+        uint32_t *d = dst + pi * panel_stride + row;
+        for (int i = 0; i < width; i += 16) {
+          int64_t w = pi * width + i;
+          int n = W - w >= 16 ? 16 : (int)(W - w);
+          __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+          if (n > 0 && s0) lo = _mm512_cvtepu16_epi32(load16(s0 + w * es, src->dtype, n, c));
+          if (n > 0 && s1) hi = _mm512_cvtepu16_epi32(load16(s1 + w * es, src->dtype, n, c));
+          _mm512_storeu_si512(d + i, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        }
+      }
+    }
+  }
+}
+
+TPU_AVX512 static void pack_rows_f32(const tpu_gemm_panel_src_t *src, int width, int64_t npanels,
+                                     int64_t kpass, int64_t kb, int64_t ke, float *dst,
+                                     int64_t panel_stride) {
+  int64_t W = src->w->size, K = src->k->size, es = (int64_t)tpu_dtype_size(src->dtype);
+  const char *base = src->data;
+  for (int p = 0; p < src->num_passes; p++) {
+    int c = src->comp ? src->comp[p] : -1;
+    for (int64_t k = kb; k < ke; k++) {
+      int64_t row = ((int64_t)p * kpass + k) * width;
+      const char *s = k < K ? base + tpu_gemm_axis_offset(src->k, k) * es : NULL;
+      for (int64_t pi = 0; pi < npanels; pi++) {
+        float *d = dst + pi * panel_stride + row;
+        for (int i = 0; i < width; i += 16) {
+          int64_t w = pi * width + i;
+          int n = W - w >= 16 ? 16 : (int)(W - w);
+          __m512 v = _mm512_setzero_ps();
+          if (n > 0 && s) v = component16_f32(load16_f32(s + w * es, NULL, src->dtype, n), c);
+          _mm512_storeu_ps(d + i, v);
+        }
+      }
+    }
+  }
+}
+
+bool tpu_gemm_pack_rows_avx512(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *src, int width,
+                               int64_t npanels, int64_t kpass, int64_t kb, int64_t ke, void *dst,
+                               int64_t panel_stride) {
+  const tpu_cpu_features_t *f = tpu_cpu_features();
+  if (src->w->offsets || src->w->stride != 1 || width % 16 != 0) return false;
+  if (format == TPU_GEMM_FORMAT_BF16) {
+    if (!f->avx512_bf16 || (src->dtype != TPU_F32 && src->dtype != TPU_BF16)) return false;
+    pack_rows_bf16(src, width, npanels, kpass, kb, ke, dst, panel_stride);
+    return true;
+  }
+  if (!f->avx512f || (src->dtype != TPU_F32 && src->dtype != TPU_BF16 && src->dtype != TPU_F16)) {
+    return false;
+  }
+  pack_rows_f32(src, width, npanels, kpass, kb, ke, dst, panel_stride);
   return true;
 }
 
@@ -376,126 +445,14 @@ bool tpu_gemm_have_x86_kernels(void) { return true; }
 #else /* not x86-64 GCC/Clang: the portable kernel only */
 
 bool tpu_gemm_pack_panel_bf16_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                     int64_t kpass, void *dst) {
-  (void)src, (void)w0, (void)width, (void)kpass, (void)dst;
+                                     int64_t kpass, int64_t kb, int64_t ke, void *dst) {
+  (void)src, (void)w0, (void)width, (void)kpass, (void)kb, (void)ke, (void)dst;
   return false;
 }
 bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                    int64_t kpass, void *dst) {
-  (void)src, (void)w0, (void)width, (void)kpass, (void)dst;
+                                    int64_t kpass, int64_t kb, int64_t ke, void *dst) {
+  (void)src, (void)w0, (void)width, (void)kpass, (void)kb, (void)ke, (void)dst;
   return false;
-}
-/* ---- f32 packer --------------------------------------------------------------------------- */
-
-/* bf16(x) as f32, round to nearest even exactly as tpu_f32_to_bf16 (no flush), AVX-512F. */
-TPU_AVX512_INLINE static __m512 round_bf16(__m512 x) {
-  __m512i u = _mm512_castps_si512(x);
-  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
-  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000)); /* quiet NaN */
-  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
-}
-
-/* Component |comp| of 16 f32 values (gemm.h; -1: the value itself). */
-TPU_AVX512_INLINE static __m512 component16_f32(__m512 x, int comp) {
-  if (comp < 0) return x;
-  __m512 hi = round_bf16(x);
-  if (comp == 0) return hi;
-  __mmask16 finite = (__mmask16)~_mm512_fpclass_ps_mask(hi, 0x99);
-  if (comp == 2) return _mm512_maskz_mov_ps(finite, hi);
-  return round_bf16(_mm512_maskz_sub_ps(finite, x, hi));
-}
-
-/* 16 values widened to f32 (n valid): contiguous at |s|, or at s + off[j] when off. */
-TPU_AVX512_INLINE static __m512 load16_f32(const char *s, const int64_t *off, tpu_dtype_t dt,
-                                           int n) {
-  __mmask16 m = first_n(n);
-  if (dt == TPU_F32) {
-    if (!off) return _mm512_maskz_loadu_ps(m, s);
-    __m256 lo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), (__mmask8)m,
-                                         _mm512_maskz_loadu_epi64((__mmask8)m, off), s, 4);
-    __m256 hi =
-        _mm512_mask_i64gather_ps(_mm256_setzero_ps(), (__mmask8)(m >> 8),
-                                 _mm512_maskz_loadu_epi64((__mmask8)(m >> 8), off + 8), s, 4);
-    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-  }
-  __m256i h;
-  if (off) {
-    uint16_t t[16] = {0};
-    for (int j = 0; j < n && j < 16; j++) t[j] = ((const uint16_t *)(const void *)s)[off[j]];
-    h = _mm256_loadu_si256((const __m256i *)t);
-  } else {
-    h = _mm256_maskz_loadu_epi16(m, s);
-  }
-  if (dt == TPU_F16) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16 */
-}
-
-TPU_AVX512 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                int64_t kpass, float *d) {
-  const tpu_gemm_axis_t *wax = src->w, *kax = src->k;
-  int64_t K = kax->size;
-  int wn = (int)(wax->size - w0 < width ? wax->size - w0 : width);
-  int64_t es = (int64_t)tpu_dtype_size(src->dtype);
-  const char *base = src->data;
-  bool w_unit = !wax->offsets && wax->stride == 1;
-  bool k_unit = !kax->offsets && kax->stride == 1;
-  if (!w_unit && k_unit) {
-    /* k contiguous: 16 consecutive k of one row, scattered down the panel */
-    __m512i vidx =
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32(width));
-    for (int p = 0; p < src->num_passes; p++) {
-      int c = src->comp ? src->comp[p] : -1;
-      float *dp = d + (int64_t)p * kpass * width;
-      for (int i = 0; i < width; i++) {
-        const char *row = i < wn ? base + tpu_gemm_axis_offset(wax, w0 + i) * es : NULL;
-        for (int64_t k = 0; k < kpass; k += 16) {
-          int64_t left = K - k;
-          int n = !row || left <= 0 ? 0 : left >= 16 ? 16 : (int)left;
-          __m512 v = n ? component16_f32(load16_f32(row + k * es, NULL, src->dtype, n), c)
-                       : _mm512_setzero_ps();
-          int steps = kpass - k < 16 ? (int)(kpass - k) : 16;
-          _mm512_mask_i32scatter_ps(dp + k * width + i, first_n(steps), vidx, v, 4);
-        }
-      }
-    }
-    return;
-  }
-  int64_t woff[64 + 16] = {0};
-  bool run[4];
-  for (int i = 0; i < wn; i++) woff[i] = tpu_gemm_axis_offset(wax, w0 + i);
-  for (int r = 0; r * 16 < width; r++) {
-    int n = wn - r * 16 < 16 ? wn - r * 16 : 16;
-    run[r] = n > 0;
-    for (int j = 1; j < n && run[r]; j++) run[r] = woff[r * 16 + j] == woff[r * 16] + j;
-  }
-  for (int p = 0; p < src->num_passes; p++) {
-    int c = src->comp ? src->comp[p] : -1;
-    for (int64_t k = 0; k < kpass; k++) {
-      float *row = d + ((int64_t)p * kpass + k) * width;
-      const char *s = k < K ? base + tpu_gemm_axis_offset(kax, k) * es : NULL;
-      for (int i = 0; i < width; i += 16) {
-        int n = wn - i;
-        __m512 v = _mm512_setzero_ps();
-        if (n > 0 && s) {
-          v = component16_f32(run[i / 16] ? load16_f32(s + woff[i] * es, NULL, src->dtype, n)
-                                          : load16_f32(s, woff + i, src->dtype, n),
-                              c);
-        }
-        _mm512_mask_storeu_ps(row + i, first_n(width - i), v);
-      }
-    }
-  }
-}
-
-bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                    int64_t kpass, void *dst) {
-  if (src->dtype != TPU_F32 && src->dtype != TPU_BF16 && src->dtype != TPU_F16) return false;
-  if (width > 64 || !tpu_cpu_features()->avx512f) return false;
-  pack_f32(src, w0, width, kpass, dst);
-  return true;
 }
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
@@ -504,6 +461,13 @@ const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
     "avx512", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, false,
 };
+bool tpu_gemm_pack_rows_avx512(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *src, int width,
+                               int64_t npanels, int64_t kpass, int64_t kb, int64_t ke, void *dst,
+                               int64_t panel_stride) {
+  (void)format, (void)src, (void)width, (void)npanels, (void)kpass, (void)kb, (void)ke;
+  (void)dst, (void)panel_stride;
+  return false;
+}
 bool tpu_gemm_have_x86_kernels(void) { return false; }
 
 #endif

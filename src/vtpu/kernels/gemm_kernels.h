@@ -46,21 +46,40 @@ typedef struct tpu_gemm_panel_src {
   const int8_t *comp; /* (num_passes,) bf16 component per pass; NULL: raw f32 */
 } tpu_gemm_panel_src_t;
 
-/* Packs rows [w0, w0 + width) of |src| (zero past the end) into |dst| in |format|:
- * (ksteps, width) 4-byte entries. The portable packer handles every case. */
+/* Packs rows [w0, w0 + width) of |src| (zero past the end) into the panel at |dst| in
+ * |format|: (passes * kpass, width) entries of 4 bytes (k pairs for BF16), writing the
+ * k range [kb, ke) of every pass (kb, ke even for BF16; rows past K are zeros). The
+ * portable packer handles every case. */
 void tpu_gemm_pack_panel(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *src, int64_t w0,
-                         int width, int64_t kpass, void *dst);
+                         int width, int64_t kpass, int64_t kb, int64_t ke, void *dst);
+
+/* Whether the packers walk |src| k outer, reading along w (w contiguous, strided or a
+ * table), rather than one contiguous k run per panel row (k contiguous, w not). The
+ * driver then packs such an operand k-chunk by k-chunk across all its panels, so that
+ * the reads follow the source's rows in memory. */
+static inline bool tpu_gemm_panel_reads_rows(const tpu_gemm_panel_src_t *src) {
+  bool w_unit = !src->w->offsets && src->w->stride == 1;
+  bool k_unit = !src->k->offsets && src->k->stride == 1;
+  return w_unit || !k_unit;
+}
 
 /* AVX512-BF16 packer for the BF16 format (f32 or bf16 sources, any layout: contiguous
- * runs are loaded, the rest gathered); returns false (nothing written) when it does not
- * apply. */
+ * runs are loaded, the rest gathered); false (nothing written) when it does not apply. */
 bool tpu_gemm_pack_panel_bf16_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                     int64_t kpass, void *dst);
+                                     int64_t kpass, int64_t kb, int64_t ke, void *dst);
 
 /* AVX-512F packer for the F32 format (f32, bf16 or f16 sources, any layout); false when
  * it does not apply. */
 bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
-                                    int64_t kpass, void *dst);
+                                    int64_t kpass, int64_t kb, int64_t ke, void *dst);
+
+/* Packs the k range [kb, ke) of all |npanels| panels of a source that is contiguous along
+ * w, sweeping each source row end to end (panel i at dst + i * panel_stride entries);
+ * false when it does not apply (w not unit-stride, width not a multiple of 16, dtype or
+ * ISA missing). */
+bool tpu_gemm_pack_rows_avx512(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *src, int width,
+                               int64_t npanels, int64_t kpass, int64_t kb, int64_t ke, void *dst,
+                               int64_t panel_stride);
 
 extern const tpu_gemm_kernel_t tpu_gemm_kernel_portable;    /* F32 format, plain C */
 extern const tpu_gemm_kernel_t tpu_gemm_kernel_avx2;        /* F32 format, AVX2 + FMA */
