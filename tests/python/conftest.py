@@ -6,6 +6,8 @@
 # - run_python(code, env) runs a short Python program in a fresh interpreter (for what is
 #   fixed per process: chip generation, chip count, fallback mode from the environment, bad
 #   values), and run_json(code, env) does the same for programs that report with emit(obj).
+# - tpu(x) moves a tensor to the tpu; no_fallback(fn) runs fn and asserts no op took the CPU
+#   fallback (the native-execution tests use both).
 # - bits(t) gives a CPU tensor of integers with the same bit pattern as t, so that NaNs,
 #   signed zeros and subnormals can be compared exactly.
 import json
@@ -26,6 +28,7 @@ if "torch" in sys.modules:  # pragma: no cover - only if a plugin imported torch
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import torchtpu  # noqa: E402
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -148,3 +151,18 @@ def _tpu_works():
     """Fail early and clearly if the device cannot even make a tensor."""
     t = torch.zeros(1, device="tpu")
     assert t.device.type == "tpu"
+
+
+def tpu(x):
+    """x moved to the tpu if it is a tensor (other arguments pass through)."""
+    return x.to("tpu") if isinstance(x, torch.Tensor) else x
+
+
+def no_fallback(fn):
+    """Runs fn() and asserts that no op went through the CPU fallback; returns its result."""
+    torchtpu.reset_fallback_stats()
+    out = fn()
+    torch.tpu.synchronize()
+    stats = torchtpu.fallback_stats()
+    assert not stats, f"ran through the CPU fallback: {stats}"
+    return out

@@ -25,23 +25,10 @@ import torch.nn.functional as F
 
 import torchtpu
 
-from conftest import run_json
+from conftest import no_fallback, run_json, tpu
 
 # padding="same" with an even kernel pads asymmetrically (PyTorch warns that it copies)
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
-
-
-def tpu(x):
-    return x.to("tpu") if isinstance(x, torch.Tensor) else x
-
-
-def no_fallback(fn):
-    torchtpu.reset_fallback_stats()
-    out = fn()
-    torch.tpu.synchronize()
-    stats = torchtpu.fallback_stats()
-    assert not stats, f"ran through the CPU fallback: {stats}"
-    return out
 
 
 def compare(fn, *args, rtol=1e-5, atol=1e-5, grad=True, nograd=()):

@@ -14,19 +14,7 @@ import pytest
 import torch
 
 import torchtpu
-
-
-def tpu(x):
-    return x.to("tpu") if isinstance(x, torch.Tensor) else x
-
-
-def no_fallback(fn):
-    torchtpu.reset_fallback_stats()
-    out = fn()
-    torch.tpu.synchronize()
-    stats = torchtpu.fallback_stats()
-    assert not stats, f"ran through the CPU fallback: {stats}"
-    return out
+from conftest import no_fallback, tpu
 
 
 def close(got, want, rtol, atol):
