@@ -279,3 +279,12 @@ def test_conjugate_views_copy_without_recursing():
     assert torch.equal(t.conj().clone().cpu(), c.conj().resolve_conj())
     x = torch.randn(5)
     torch.testing.assert_close(torch.fft.hfft(tpu(x)).cpu(), torch.fft.hfft(x))
+
+
+def test_copy_into_an_aliasing_view_of_another_dtype():
+    # the copy converts through scratch memory, which the copy task must allocate
+    b = torch.randn(8).bfloat16()
+    v = tpu(b).view(torch.int16)
+    v.copy_(v.view(torch.bfloat16))
+    torch.tpu.synchronize()
+    assert torch.equal(v.cpu(), b.view(torch.int16).clone().copy_(b))

@@ -816,16 +816,6 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
 // A copy into a tpu tensor, as a program: convert to dst's dtype, broadcast to its shape,
 // write through its strides. |src| is a tpu tensor on dst's chip, or (for host-to-device
 // copies) a contiguous CPU snapshot the task keeps alive.
-struct CopyTask : RunTask {
-  at::Tensor keep_alive;
-};
-
-void release_copy_task(void *arg) {
-  auto *t = static_cast<CopyTask *>(arg);
-  tpu_executable_release(t->exe);
-  delete t;
-}
-
 tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, bool src_on_host) {
   Key key;
   key.pod('C');
@@ -879,18 +869,11 @@ bool native_copy(const at::Tensor &src, const at::Tensor &dst) {
     return false;
   }
   c10::DeviceGuard guard(dst.device());
-  auto *task = new CopyTask();
-  task->exe = exe;
-  task->keep_alive = from_host ? source : at::Tensor();
+  auto *task = new RunTask{exe, {}, {}, nullptr};
+  if (from_host) task->inputs.host_copies.push_back(source);
   task->inputs.ptrs.push_back(const_cast<void *>(source.const_data_ptr()));
   task->outputs.push_back(dst.data_ptr());
-  tpu_device_t *dev = device_at(dst.device().index());
-  tpu_task_t t{run_task, release_copy_task, task, "aten::copy_"};
-  tpu_status_t st = tpu_stream_enqueue(tpu_device_stream(dev), &t);
-  if (st != TPU_OK) {
-    release_copy_task(task);
-    check_status(st, "aten::copy_");
-  }
+  launch(task, dst.device(), "aten::copy_");  // scratch too: an aliased copy converts via it
   if (eager_mode() == EagerMode::Debug) synchronize_device(dst.device().index());
   return true;
 }
