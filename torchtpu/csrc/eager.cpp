@@ -16,7 +16,7 @@ static EagerMode mode_from_env() {
   const char *m = std::getenv("TORCHTPU_EAGER");
   if (!m || !*m || std::strcmp(m, "strict") == 0) return EagerMode::Strict;
   if (std::strcmp(m, "debug") == 0) return EagerMode::Debug;
-  if (std::strcmp(m, "fused") == 0) return EagerMode::Strict;  // fused mode: not yet
+  if (std::strcmp(m, "fused") == 0) return EagerMode::Fused;
   TORCH_CHECK(false, "TORCHTPU_EAGER=\"", m, "\": expected strict, debug or fused");
 }
 

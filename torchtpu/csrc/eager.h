@@ -18,9 +18,9 @@ extern "C" {
 
 namespace torchtpu {
 
-enum class EagerMode { Strict, Debug };
+enum class EagerMode { Strict, Debug, Fused };
 
-// TORCHTPU_EAGER=strict (default) | debug; TPU_LAUNCH_BLOCKING=1 also means debug.
+// TORCHTPU_EAGER=strict (default) | debug | fused; TPU_LAUNCH_BLOCKING=1 means debug.
 EagerMode eager_mode();
 void set_eager_mode(EagerMode mode);
 
