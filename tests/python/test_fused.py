@@ -92,7 +92,7 @@ def branchy_loop(device):
     x = torch.zeros(4, device=device)
     taken = []
     for i in range(6):
-        x = x + (2 if i % 2 == 0 else -3)
+        x = x + (1 if i % 2 == 0 else -2)
         if x.sum() > 0:  # needs the value: flushes
             taken.append(i)
             x = x * 2
@@ -103,7 +103,7 @@ def test_data_dependent_control_flow_in_a_loop(fused):
     taken, x = branchy_loop("tpu")
     assert torchtpu.fused_stats()["flush:item"] == 6
     cpu_taken, cpu_x = branchy_loop("cpu")
-    assert taken == cpu_taken == [0, 1, 2, 4] and torch.equal(x, cpu_x)
+    assert taken == cpu_taken == [0, 2, 4] and torch.equal(x, cpu_x)
 
 
 def test_training_loop_stops_compiling_after_the_second_step(fused):
