@@ -72,3 +72,4 @@ def _autoload() -> None:
 
 _register()
 atexit.register(_let_autograd_threads_settle)
+

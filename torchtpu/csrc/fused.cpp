@@ -263,7 +263,10 @@ void flush_locked(Pending &p, const char *reason) {
     p.reset();
     return;
   }
-  if (p.capturing) p.capture_cut = true;
+  if (p.capturing) {
+    p.capture_cut = true;
+    if (debug_views()) std::fprintf(stderr, "[torchtpu] compile: capture cut by %s\n", reason);
+  }
   count_flush(reason);
   auto writes = live_writes(p);
   std::vector<unsigned char> key = p.key;

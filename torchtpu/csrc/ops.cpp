@@ -161,8 +161,14 @@ at::Tensor tpu_reshape_alias(const at::Tensor &self, c10::IntArrayRef size,
 const at::Tensor &tpu_resize_(const at::Tensor &self, c10::IntArrayRef size,
                               std::optional<c10::MemoryFormat> memory_format) {
   c10::DeviceGuard guard(self.device());  // new storage comes from self's chip
-  flush_if_pending(self, "resize");
-  synchronize_if_tpu(self);               // the old bytes are copied on the host
+  int64_t numel = 1;
+  for (int64_t d : size) numel *= d;
+  size_t needed = static_cast<size_t>(self.storage_offset() + numel) * self.itemsize();
+  size_t have = self.storage().nbytes();
+  if (have > 0 && have < needed) {  // the storage grows: its old bytes are copied on the host
+    flush_if_pending(self, "resize");
+    synchronize_if_tpu(self);
+  }
   return at::native::resize_(self, size, memory_format);
 }
 
