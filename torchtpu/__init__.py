@@ -33,7 +33,10 @@ from torchtpu.fallback import (
     set_fallback_mode,
 )
 
+from torchtpu.export import ExportedProgram, export
+
 __all__ = [
+    "export", "ExportedProgram",
     "Precision", "precision", "set_matmul_precision", "get_matmul_precision",
     "fallback_stats", "reset_fallback_stats", "set_fallback_mode", "get_fallback_mode",
     "cache_stats", "get_eager_mode", "set_eager_mode", "flush", "fused_stats",

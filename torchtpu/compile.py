@@ -27,6 +27,7 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 _ids = itertools.count(1)
+_seen = []  # (kind, graph nodes, input description) of every graph captured, for the log
 _log_recompiles = os.environ.get("TORCHTPU_LOG_RECOMPILES", "0") not in ("", "0")
 
 
@@ -62,7 +63,7 @@ class _TpuGraph:
         self.gm = gm
         self.kind = kind
         self.fn_id = next(_ids)
-        self.seen = []          # input descriptions captured so far
+        self.nodes = len(gm.graph.nodes)
         self.eager = set()      # signatures that could not be captured whole
         self._boxed_call = True  # AOTAutograd passes one list of arguments
 
@@ -78,7 +79,7 @@ class _TpuGraph:
         if desc in self.eager:
             return self._run_eager(args)
         self._log_capture(desc)
-        torch.ops.torchtpu.capture_begin(device)
+        torch.ops.torchtpu.capture_begin(device, args, False)
         try:
             result = self.gm(*args)
         except BaseException:
@@ -90,7 +91,7 @@ class _TpuGraph:
         built = torch.ops.torchtpu.capture_end(device, self.fn_id, args, tensors)
         if built and replayable:
             self.template = [isinstance(o, torch.Tensor) for o in flat]
-            self.seen.append(desc)
+            _seen.append((self.kind, self.nodes, desc))
         else:
             self.eager.add(desc)
         return result
@@ -114,21 +115,35 @@ class _TpuGraph:
         it = iter(outs)
         return [next(it) if is_tensor else None for is_tensor in self.template]
 
+    def stats(self):
+        """The latest plan: plans, steps, scratch_bytes (planned peak of intermediates),
+        unplanned_bytes (their sum without reuse), nodes (captured IR graph)."""
+        keys = ("plans", "steps", "scratch_bytes", "unplanned_bytes", "nodes")
+        return dict(zip(keys, torch.ops.torchtpu.plan_stats(self.fn_id)))
+
     def _log_capture(self, desc):
+        """TORCHTPU_LOG_RECOMPILES=1: one line per capture; for a recompile (Dynamo guard
+        failure or a new input signature), what changed against the closest graph seen."""
         if not _log_recompiles:
             return
-        if not self.seen:
-            print(f"[torchtpu] compile: {self.kind} graph #{self.fn_id} "
-                  f"({len(self.gm.graph.nodes)} nodes)", file=sys.stderr)
+        similar = [d for kind, nodes, d in _seen if kind == self.kind and nodes == self.nodes]
+        if not similar:
+            print(f"[torchtpu] compile: {self.kind} graph #{self.fn_id} ({self.nodes} FX nodes)",
+                  file=sys.stderr)
             return
-        closest = min(self.seen, key=lambda old: len(changed_inputs(old, desc)))
-        why = "; ".join(changed_inputs(closest, desc))
+        closest = min(similar, key=lambda old: len(changed_inputs(old, desc)))
+        why = "; ".join(changed_inputs(closest, desc)) or "same inputs"
         print(f"[torchtpu] recompile: {self.kind} graph #{self.fn_id}: {why}", file=sys.stderr)
+
+
+graphs = []  # every _TpuGraph made in this process (for tests and statistics)
 
 
 def _compiler(kind):
     def compile_graph(gm, example_inputs):
-        return _TpuGraph(gm, kind)
+        g = _TpuGraph(gm, kind)
+        graphs.append(g)
+        return g
     return compile_graph
 
 

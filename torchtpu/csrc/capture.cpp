@@ -56,6 +56,7 @@ struct Plan {
   std::vector<PlanOutput> outputs;
   std::vector<size_t> group_bytes;
   std::vector<PlanResult> results;
+  int64_t num_nodes = 0;  // of the captured graph, before optimization
 };
 
 std::mutex g_plans_mu;
@@ -230,31 +231,43 @@ void run_plan(const Plan &plan, const std::vector<at::Tensor> &inputs,
 
 }  // namespace
 
-void capture_begin(c10::DeviceIndex index) {
+void capture_begin(c10::DeviceIndex index, const std::vector<at::Tensor> &inputs,
+                   bool exporting) {
   flush_pending(index, "compile");
   Pending &p = pending(index);
-  p.mu.lock();  // held until capture_end: other threads wait rather than mix in their ops
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
   p.capturing = true;
   p.capture_cut = false;
+  p.exporting = exporting;
   g_capturing++;
+  // the inputs are the graph's first parameters, in order; reads of views of them become
+  // view ops on these values
+  ensure_graph(p);
+  for (const at::Tensor &t : inputs) {
+    if (t.device() == c10::Device(kTpu, index)) read_tensor(p, t);
+  }
+}
+
+// Ends the capture state of |p| (its lock held).
+void end_capture(Pending &p) {
+  TORCH_CHECK(p.capturing, "torchtpu: capture ended without capture_begin");
+  p.capturing = false;
+  p.exporting = false;
+  g_capturing--;
 }
 
 void capture_abort(c10::DeviceIndex index) {
   Pending &p = pending(index);
-  TORCH_CHECK(p.capturing, "torchtpu: capture_abort without capture_begin");
-  std::unique_lock<std::recursive_mutex> lock(p.mu, std::adopt_lock);
-  p.capturing = false;
-  g_capturing--;
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
+  end_capture(p);
   flush_locked(p, "compile: error");
 }
 
 bool capture_end(c10::DeviceIndex index, int64_t fn, const std::vector<at::Tensor> &inputs,
                  const std::vector<at::Tensor> &outputs) {
   Pending &p = pending(index);
-  TORCH_CHECK(p.capturing, "torchtpu: capture_end without capture_begin");
-  std::unique_lock<std::recursive_mutex> lock(p.mu, std::adopt_lock);
-  p.capturing = false;
-  g_capturing--;
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
+  end_capture(p);
   if (p.capture_cut || p.num_ops == 0) {
     flush_locked(p, "compile: graph break");
     return false;
@@ -272,6 +285,7 @@ bool capture_end(c10::DeviceIndex index, int64_t fn, const std::vector<at::Tenso
     add_outputs(p, writes, key, outs, opts);
     plan->exe = compile_pending(p, key, opts);
     plan->name = "compiled " + graph_name(p);
+    plan->num_nodes = tpu_graph_num_nodes(p.g);
     plan->signature = signature_of(inputs);
     run_plan(*plan, inputs, &outs, nullptr);
   } catch (...) {
@@ -282,6 +296,38 @@ bool capture_end(c10::DeviceIndex index, int64_t fn, const std::vector<at::Tenso
   std::lock_guard<std::mutex> plock(g_plans_mu);
   g_plans[fn].push_back(std::move(plan));
   return true;
+}
+
+std::string capture_export(c10::DeviceIndex index, const std::vector<at::Tensor> &outputs,
+                           const std::string &name, std::vector<at::Tensor> *constants) {
+  Pending &p = pending(index);
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
+  bool cut = p.capture_cut;
+  end_capture(p);
+  struct Reset {
+    Pending &p;
+    ~Reset() { p.reset(); }
+  } reset{p};
+  TORCH_CHECK(!cut, "torchtpu.export: the program could not be captured as one graph (an op "
+              "ran on the CPU or a value was read on the host; see torchtpu.fused_stats())");
+  ensure_graph(p);
+  for (const at::Tensor &t : outputs) {
+    TORCH_CHECK(t.device() == c10::Device(kTpu, index), "torchtpu.export: output on ", t.device());
+    tpu_value_t v = read_tensor(p, t);
+    TORCH_CHECK(v != TPU_NO_VALUE, "torchtpu.export: an output is a view the graph cannot express");
+    check_status(tpu_graph_output(p.g, v, nullptr), "torchtpu.export");
+  }
+  for (const Param &q : p.params) {
+    TORCH_CHECK(q.tensor.defined(), "torchtpu.export: a random op's seed is not exportable");
+    constants->push_back(q.tensor);
+  }
+  char *text = nullptr;
+  size_t len = 0;
+  check_status(tpu_graph_print_stablehlo(p.g, name.c_str(), tpu_allocator_system(), &text, &len),
+               "torchtpu.export");
+  std::string out(text, len);
+  tpu_allocator_system().free(tpu_allocator_system().self, text);
+  return out;
 }
 
 bool replay(int64_t fn, const std::vector<at::Tensor> &inputs, std::vector<at::Tensor> *outputs) {
@@ -307,7 +353,29 @@ bool replay(int64_t fn, const std::vector<at::Tensor> &inputs, std::vector<at::T
 
 namespace {
 
-void op_capture_begin(int64_t device) { capture_begin(static_cast<c10::DeviceIndex>(device)); }
+// [plans, steps, scratch bytes, unplanned bytes, graph nodes] of |fn|'s latest plan.
+std::vector<int64_t> op_plan_stats(int64_t fn) {
+  std::lock_guard<std::mutex> lock(g_plans_mu);
+  auto it = g_plans.find(fn);
+  if (it == g_plans.end() || it->second.empty()) return {0, 0, 0, 0, 0};
+  const Plan &p = *it->second.back();
+  return {static_cast<int64_t>(it->second.size()), tpu_executable_num_steps(p.exe),
+          static_cast<int64_t>(tpu_executable_scratch_bytes(p.exe)),
+          static_cast<int64_t>(tpu_executable_unplanned_bytes(p.exe)), p.num_nodes};
+}
+
+void op_capture_begin(int64_t device, at::TensorList inputs, bool exporting) {
+  capture_begin(static_cast<c10::DeviceIndex>(device), inputs.vec(), exporting);
+}
+
+std::tuple<std::string, std::vector<at::Tensor>> op_capture_export(int64_t device,
+                                                                   at::TensorList outputs,
+                                                                   c10::string_view name) {
+  std::vector<at::Tensor> params;
+  std::string text = capture_export(static_cast<c10::DeviceIndex>(device), outputs.vec(),
+                                    std::string(name), &params);
+  return {text, params};
+}
 
 void op_capture_abort(int64_t device) { capture_abort(static_cast<c10::DeviceIndex>(device)); }
 
@@ -335,12 +403,15 @@ void op_flush(int64_t device, c10::string_view reason) {
 }  // namespace
 
 TORCH_LIBRARY(torchtpu, m) {
-  m.def("capture_begin(int device) -> ()", &op_capture_begin);
+  m.def("capture_begin(int device, Tensor[] inputs, bool exporting) -> ()", &op_capture_begin);
+  m.def("capture_export(int device, Tensor[] outputs, str name) -> (str, Tensor[])",
+        &op_capture_export);
   m.def("capture_abort(int device) -> ()", &op_capture_abort);
   m.def("capture_end(int device, int fn, Tensor[] inputs, Tensor[] outputs) -> bool",
         &op_capture_end);
   m.def("replay(int fn, Tensor[] inputs) -> (bool, Tensor[])", &op_replay);
   m.def("flush(int device, str reason) -> ()", &op_flush);
+  m.def("plan_stats(int fn) -> int[]", &op_plan_stats);
 }
 
 }  // namespace torchtpu

@@ -115,6 +115,15 @@ tpu_value_t read_tensor(Pending &p, const at::Tensor &t) {
     for (const auto &[g, v] : it->second.reads) {
       if (g == geo) return v;
     }
+    for (const auto &[g, v] : it->second.reads) {  // a view of a parameter read before
+      tpu_value_t w = view_of(p.g, v, g, geo);
+      if (w == TPU_NO_VALUE) continue;
+      p.key.push_back('r');
+      key_pod(p.key, v);
+      key_geo(p.key, g);
+      key_geo(p.key, geo);
+      return w;
+    }
   }
   tpu_shape_t shape = to_shape(t.sizes());
   tpu_value_t v = tpu_graph_parameter(p.g, to_tpu_dtype(t.scalar_type()), &shape,
@@ -155,6 +164,21 @@ std::vector<const tpu_node_t *> params_of(const tpu_graph_t *g) {
 // A host input of a recorded op: its bytes (a scalar) or the CPU tensor holding it.
 tpu_value_t read_host(Pending &p, const tpu_node_t *param, const void *ptr, Inputs &inputs,
                       int rng, int rng_index) {
+  if (p.exporting && param->shape.rank == 0) {  // exported programs take scalars as constants
+    p.key.push_back('k');
+    tpu_dtype_t dt = param->dtype;
+    if (tpu_dtype_is_float(dt)) {
+      double x = dt == TPU_F64   ? *static_cast<const double *>(ptr)
+                 : dt == TPU_F32 ? *static_cast<const float *>(ptr)
+                 : dt == TPU_F16 ? static_cast<double>(*static_cast<const c10::Half *>(ptr))
+                                 : static_cast<double>(*static_cast<const c10::BFloat16 *>(ptr));
+      return tpu_graph_constant(p.g, dt, &param->shape, x);
+    }
+    int64_t x = 0;
+    std::memcpy(&x, ptr, tpu_dtype_size(dt));  // little-endian: low bytes first
+    if (dt == TPU_BOOL) return tpu_graph_constant(p.g, dt, &param->shape, x ? 1.0 : 0.0);
+    return tpu_graph_constant_int(p.g, dt, &param->shape, x);
+  }
   tpu_value_t v = tpu_graph_parameter(p.g, param->dtype, &param->shape, nullptr);
   Param q{};
   q.rng = rng;

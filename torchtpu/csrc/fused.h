@@ -53,16 +53,23 @@ void flush_pending(int index, const char *reason);
 void flush_if_pending(const at::Tensor &t, const char *reason);
 
 // ---- compile mode -----------------------------------------------------------------------
-// capture_begin flushes, then records every op on chip |index| until capture_end, which
+// capture_begin flushes, makes |inputs| the first parameters of the chip's pending graph,
+// then records every op on chip |index| until capture_end, which
 // turns the recorded graph into a replayable plan for compiled function |fn| keyed by its
 // inputs' signature, and runs it once for the call being captured. If the capture was cut
 // (an op ran on the CPU, a value was read), the call ran correctly through fused execution
 // instead and capture_end returns false.
-void capture_begin(c10::DeviceIndex index);
+void capture_begin(c10::DeviceIndex index, const std::vector<at::Tensor> &inputs,
+                   bool exporting);
 bool capture_end(c10::DeviceIndex index, int64_t fn, const std::vector<at::Tensor> &inputs,
                  const std::vector<at::Tensor> &outputs);
 // Ends a capture whose function raised: what was recorded runs (a flush).
 void capture_abort(c10::DeviceIndex index);
+// Ends a capture started with exporting=true without running it: the StableHLO text of
+// the graph from the inputs to |outputs|. The program's parameters are the inputs, then
+// |constants| (tensors it read that are not inputs).
+std::string capture_export(c10::DeviceIndex index, const std::vector<at::Tensor> &outputs,
+                           const std::string &name, std::vector<at::Tensor> *constants);
 // Runs |fn|'s plan for these inputs: false if there is none for their signature.
 bool replay(int64_t fn, const std::vector<at::Tensor> &inputs, std::vector<at::Tensor> *outputs);
 

@@ -49,6 +49,7 @@ struct Pending {
   int num_ops = 0;
   uint64_t seq = 0;
   bool capturing = false;
+  bool exporting = false;  // scalars become constants (torchtpu.export)
   bool capture_cut = false;
   std::vector<tpu_value_t> map;    // inline scratch
 
@@ -81,6 +82,11 @@ void add_outputs(Pending &p, const std::vector<LiveWrite> &w, std::vector<unsign
 // The executable for p's graph under |key|: from the cache, or compiled and inserted.
 tpu_executable_t *compile_pending(Pending &p, const std::vector<unsigned char> &key,
                                   const tpu_compile_options_t &opts);
+
+// The value of tpu tensor |t| in p's graph (see fused.cpp); TPU_NO_VALUE if it cannot be
+// expressed without a flush.
+tpu_value_t read_tensor(Pending &p, const at::Tensor &t);
+void ensure_graph(Pending &p);
 
 // Queues p's graph (a flush); resets p. |reason| goes to the statistics.
 void flush_locked(Pending &p, const char *reason);
