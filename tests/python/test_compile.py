@@ -153,3 +153,18 @@ def test_export_gpt_forward_and_backward_runs_under_xla():
     # XLA's CPU computes f32 dots exactly; PyTorch too: tight tolerances
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_eager_recompile_log_names_the_changed_argument():
+    code = """
+import torch, torchtpu
+a = torch.ones(8, 16, device="tpu")
+a.sum(1); a.sum(1); a.sum(0); (a.t() * 2)
+"""
+    env = subprocess_env({"TORCHTPU_LOG_RECOMPILES": "1"})
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    misses = [ln for ln in r.stderr.splitlines() if "cache miss aten::sum" in ln]
+    assert len(misses) == 2, r.stderr  # the second a.sum(1) hits
+    assert "first signature" in misses[0] and "dim: [1] -> [0]" in misses[1], misses

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -524,9 +525,53 @@ std::string key_string(const Key &k) {
   return std::string(k.data().begin(), k.data().end());
 }
 
+std::string describe_tensor(const at::Tensor &t) {
+  std::ostringstream os;
+  if (!t.defined()) return "None";
+  os << c10::toString(t.scalar_type()) << t.sizes();
+  if (!t.is_contiguous()) os << " strides " << t.strides();
+  if (t.device().type() != kTpu) os << " on " << t.device();
+  return os.str();
+}
+
+// What the cache key saw of each argument, for TORCHTPU_LOG_RECOMPILES.
+ArgDescription describe_call(const c10::FunctionSchema &schema, const Call &call) {
+  ArgDescription out;
+  for (size_t i = 0; i < call.args.size(); i++) {
+    const c10::IValue &v = call.args[i];
+    std::ostringstream os;
+    switch (call.info->kinds[i]) {
+      case ArgKind::Tensor:
+      case ArgKind::Out:
+        os << (v.isTensor() ? describe_tensor(v.toTensor()) : "None");
+        break;
+      case ArgKind::TensorList:
+      case ArgKind::OptTensorList:
+        os << "[";
+        for (const c10::IValue &e : v.toListRef()) {
+          os << (e.isTensor() ? describe_tensor(e.toTensor()) : "None") << " ";
+        }
+        os << "]";
+        break;
+      case ArgKind::Scalar:
+        os << (v.isNone() ? "None" : v.toScalar().isFloatingPoint() ? "float" : "int") << " scalar";
+        break;
+      case ArgKind::Generator:
+        continue;
+      case ArgKind::Static:
+        os << v;
+        break;
+    }
+    out.emplace_back(schema.arguments()[i].name(), os.str());
+  }
+  out.emplace_back("precision", std::to_string(static_cast<int>(call.precision)));
+  return out;
+}
+
 // Lowers and compiles one call (the cache missed). Returns nullptr if unsupported.
 tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
                                const std::vector<at::Tensor> &metas) {
+  if (log_recompiles()) log_signature(call.info->name, describe_call(op.schema(), call));
   auto start = std::chrono::steady_clock::now();
   tpu_graph_t *raw = nullptr;
   check_status(tpu_graph_create(tpu_allocator_system(), &raw), "tpu graph");
