@@ -121,7 +121,9 @@ def train(steps: int, device: str, seed: int = 0, batch: int = 8, block: int = 3
     torch.manual_seed(seed)
     model = GPT(vocab, block, d_model, n_head, n_layer).to(device)
     forward = torch.compile(model, backend="tpu") if compile else model
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    # compiled, the optimizer step is one graph too: capturable keeps its step on the tpu
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, capturable=compile)
+    opt_step = torch.compile(opt.step, backend="tpu") if compile else opt.step
     data = synthetic_text(4096, vocab, seed)
     g = torch.Generator().manual_seed(seed + 1)
     losses = []
@@ -131,7 +133,7 @@ def train(steps: int, device: str, seed: int = 0, batch: int = 8, block: int = 3
         _, loss = forward(x.to(device), y.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        opt_step()
         losses.append(loss.item())
         if not quiet:
             progress(step, steps, losses[-1], step / (time.perf_counter() - start))

@@ -43,6 +43,9 @@ def reset_fused_stats() -> None:
 
 def _after_optimizer_step(optimizer, args, kwargs) -> None:
     # A repeating loop boundary: every step records the same graph, so the cache hits.
+    # (Inside torch.compile the whole step is one graph already.)
+    if torch.compiler.is_compiling():
+        return
     if _C._eager_mode() == _MODES["fused"]:
         flush("optimizer step")
 
