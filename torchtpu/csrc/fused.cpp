@@ -53,7 +53,8 @@ int device_count() { return tpu_device_count(); }
 
 std::mutex g_stats_mu;
 std::map<std::string, uint64_t> g_flush_reasons;
-uint64_t g_ops_recorded = 0, g_graphs_run = 0, g_graph_hits = 0, g_graph_misses = 0;
+std::atomic<uint64_t> g_ops_recorded{0};
+uint64_t g_graphs_run = 0, g_graph_hits = 0, g_graph_misses = 0;
 
 int max_ops() {
   static const int n = [] {
@@ -135,10 +136,22 @@ tpu_value_t read_tensor(Pending &p, const at::Tensor &t) {
   return v;
 }
 
-// True if writing |t| needs a flush first: its storage was written with another geometry.
+int64_t numel_of(const Geo &g) {
+  int64_t n = 1;
+  for (int i = 0; i < g.rank; i++) n *= g.sizes[i];
+  return n;
+}
+
+// True if writing |t| needs a flush first: its storage was written with another geometry
+// that |t| does not cover exactly (a dense reshape of the same elements is a full overwrite).
 bool write_conflicts(Pending &p, const at::Tensor &t) {
   auto it = p.storages.find(t.storage().unsafeGetStorageImpl());
-  return it != p.storages.end() && it->second.written && !(it->second.geo == geo_of(t));
+  if (it == p.storages.end() || !it->second.written) return false;
+  const Geo &w = it->second.geo;
+  Geo g = geo_of(t);
+  if (w == g) return false;
+  return !(g.offset == w.offset && g.dtype == w.dtype && numel_of(g) == numel_of(w) &&
+           tpu_ir_strides_dense(g) && tpu_ir_strides_dense(w));
 }
 
 void write_tensor(Pending &p, const at::Tensor &t, tpu_value_t v) {
@@ -293,13 +306,12 @@ void flush_locked(Pending &p, const char *reason) {
   }
   count_flush(reason);
   auto writes = live_writes(p);
-  std::vector<unsigned char> key = p.key;
   std::vector<void *> outs;
   tpu_compile_options_t opts{};
   try {
-    add_outputs(p, writes, key, outs, opts);
+    add_outputs(p, writes, p.key, outs, opts);
     if (!outs.empty()) {
-      tpu_executable_t *exe = compile_pending(p, key, opts);
+      tpu_executable_t *exe = compile_pending(p, p.key, opts);
       Inputs in;
       bind_params(p.params, nullptr, in);  // RNG values were reserved at record time
       {
@@ -347,7 +359,22 @@ void record_op(c10::Device device, const std::string &name, const std::vector<un
       }
     }
     if (!conflict) break;
-    if (debug_views()) std::fprintf(stderr, "[torchtpu] fused: %s reads or writes a view the pending graph cannot express; flushing\n", name.c_str());
+    if (debug_views()) {
+      std::fprintf(stderr, "[torchtpu] fused: %s reads or writes a view the pending graph "
+                   "cannot express; flushing\n", name.c_str());
+      auto show = [&](const char *what, const at::Tensor &t) {
+        auto it = p.storages.find(t.storage().unsafeGetStorageImpl());
+        if (it == p.storages.end() || !it->second.written) return;
+        const Geo &w = it->second.geo;
+        std::fprintf(stderr, "  %s: offset %lld sizes %s strides %s; written as offset %lld "
+                     "sizes %s strides %s\n", what, (long long)(t.storage_offset() * t.itemsize()),
+                     c10::str(t.sizes()).c_str(), c10::str(t.strides()).c_str(),
+                     (long long)w.offset, c10::str(c10::IntArrayRef(w.sizes, w.rank)).c_str(),
+                     c10::str(c10::IntArrayRef(w.strides, w.rank)).c_str());
+      };
+      for (const at::Tensor &o : outputs) show("output", o);
+      for (const at::Tensor &t : tensors) if (t.defined()) show("input", t);
+    }
     p.key.resize(key_mark);
     TORCH_INTERNAL_ASSERT(attempt == 0, name, ": cannot record after a flush");
     flush_locked(p, "view");
@@ -382,10 +409,7 @@ void record_op(c10::Device device, const std::string &name, const std::vector<un
   if (p.names.size() < 8 && std::find(p.names.begin(), p.names.end(), name) == p.names.end()) {
     p.names.push_back(name);
   }
-  {
-    std::lock_guard<std::mutex> slock(g_stats_mu);
-    g_ops_recorded++;
-  }
+  g_ops_recorded.fetch_add(1, std::memory_order_relaxed);
   if (p.num_ops >= max_ops() && !p.capturing) flush_locked(p, "size limit");
 }
 
@@ -435,5 +459,6 @@ void tpu_bridge_reset_fused_stats(void) {
   using namespace torchtpu::fused;
   std::lock_guard<std::mutex> lock(g_stats_mu);
   g_flush_reasons.clear();
-  g_ops_recorded = g_graphs_run = g_graph_hits = g_graph_misses = 0;
+  g_ops_recorded = 0;
+  g_graphs_run = g_graph_hits = g_graph_misses = 0;
 }
