@@ -5,6 +5,7 @@
  * slices) are copies into or out of strided views; scatter and dynamic_update_slice copy
  * their operand into the output first and update it in place. Scalar operands that steer
  * a step (rng seed and offset, dynamic-slice starts, the pad value) are read at run time.
+ * Fused steps run their head kernel and elementwise programs (fused_t in executable.h).
  * Errors are prefixed with the op and node, so a failure names what failed.
  */
 #include <stdio.h>
@@ -200,6 +201,69 @@ static tpu_status_t run_node(const step_t *s, tpu_buf_t *in, const tpu_buf_t *ou
   }
 }
 
+/* ---- fused steps (see fused_t in executable.h) ---------------------------------------- */
+
+static tpu_status_t run_program(const tpu_ew_program_t *p, const tpu_buf_t *bound,
+                                const tpu_buf_t *ins, int n, const tpu_buf_t *out,
+                                tpu_pool_t *pool) {
+  const tpu_buf_t *ptrs[TPU_EW_PROGRAM_MAX_INPUTS];
+  int k = 0;
+  if (bound) ptrs[k++] = bound;
+  for (int i = 0; i < n && k < TPU_EW_PROGRAM_MAX_INPUTS; i++) ptrs[k++] = &ins[i];
+  return tpu_kernel_ew_program(p, ptrs, out, pool);
+}
+
+/* |b| restricted to slices [r0, r0 + nr) of dim 0, if it spans the |rows| of dim 0 (inputs
+ * broadcast along dim 0, or of rank 0, are whole in every chunk). */
+static tpu_buf_t rows_of(const tpu_buf_t *b, int64_t rows, int64_t r0, int64_t nr) {
+  tpu_buf_t w = *b;
+  if (b->rank > 0 && b->dims[0] == rows) {
+    w.data = (char *)b->data + r0 * b->strides[0] * (int64_t)tpu_dtype_size(b->dtype);
+    w.dims[0] = nr;
+  }
+  return w;
+}
+
+static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *out,
+                              void *scratch, tpu_pool_t *pool) {
+  const fused_t *f = s->fused;
+  const tpu_attrs_t *a = &s->attrs;
+  if (!f->has_head) return run_program(&f->post, NULL, in + f->post_in, f->num_post_in, out, pool);
+  if (f->has_pre) {
+    /* the prologue writes the REDUCE operand a chunk of dim-0 slices at a time into a small
+     * buffer that the reduction reads back while it is still in cache */
+    tpu_buf_t chunk = resolve(&f->chunk, NULL, NULL, scratch);
+    bool split = !a->reduce.dims[0];
+    tpu_buf_t wins[TPU_EW_PROGRAM_MAX_INPUTS];
+    for (int64_t r0 = 0; r0 < f->rows; r0 += f->chunk_rows) {
+      int64_t nr = f->rows - r0 < f->chunk_rows ? f->rows - r0 : f->chunk_rows;
+      tpu_buf_t c = chunk;
+      c.dims[0] = nr;
+      for (int i = 0; i < f->num_pre_in; i++) wins[i] = rows_of(&in[f->pre_in + i], f->rows, r0, nr);
+      TPU_RETURN_IF_ERROR(run_program(&f->pre, NULL, wins, f->num_pre_in, &c, pool));
+      tpu_buf_t o = split ? rows_of(out, f->rows, r0, nr) : *out;
+      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &c, a->reduce.dims, &o, pool));
+    }
+  } else {
+    switch (s->op) {
+      case TPU_OP_REDUCE:
+        TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &in[0], a->reduce.dims, out, pool));
+        break;
+      case TPU_OP_DOT_GENERAL:
+        TPU_RETURN_IF_ERROR(tpu_kernel_dot_general(&a->dot, &in[0], &in[1], out, pool));
+        break;
+      case TPU_OP_CONVOLUTION:
+        TPU_RETURN_IF_ERROR(tpu_kernel_convolution(&a->conv, &in[0], &in[1], out, pool));
+        break;
+      default:
+        return tpu_status_set(TPU_ERR_INTERNAL, "fused step: %s cannot head a fusion",
+                              tpu_op_name(s->op));
+    }
+  }
+  if (!f->has_post) return TPU_OK;
+  return run_program(&f->post, out, in + f->post_in, f->num_post_in, out, pool);
+}
+
 tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *outputs,
                           void *scratch, tpu_pool_t *pool) {
   tpu_buf_t in[TPU_MAX_RANK + 2];
@@ -214,8 +278,9 @@ tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *out
   }
   for (int i = 0; i < s->num_in; i++) ins[i] = resolve(&s->in[i], inputs, outputs, scratch);
   tpu_buf_t out = resolve(&s->out, inputs, outputs, scratch);
-  tpu_status_t st = s->kind == STEP_COPY ? tpu_kernel_copy(&ins[0], &out, pool)
-                                         : run_node(s, ins, &out, pool);
+  tpu_status_t st = s->kind == STEP_COPY    ? tpu_kernel_copy(&ins[0], &out, pool)
+                    : s->kind == STEP_FUSED ? run_fused(s, ins, &out, scratch, pool)
+                                            : run_node(s, ins, &out, pool);
   if (st != TPU_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", tpu_status_message());

@@ -1,0 +1,553 @@
+/* fuse.c: kernel fusion planning and the fused programs (see fuse.h).
+ *
+ * Planning is one backward sweep. When a node is reached all its users have been, so we
+ * know whether they all sit in one group, and in which roles:
+ *   POST  elementwise members of the group's shape (the epilogue, or the whole chain)
+ *   HEAD  the REDUCE / DOT_GENERAL / CONVOLUTION whose result the POST members read
+ *   PRE   elementwise members computing a REDUCE head's operand (the prologue)
+ * Programs are then built per group (registers allocated by remaining uses; bf16 / f16
+ * intermediates rounded as the unfused kernels round them, so results are bit for bit
+ * those of the unfused ops). A group whose program does not fit the kernel's limits runs
+ * unfused.
+ */
+#include <string.h>
+
+#include "compiler/fuse.h"
+#include "compiler/rewrite.h"
+
+enum fuse_role { ROLE_NONE, ROLE_PRE, ROLE_HEAD, ROLE_POST };
+
+#define FUSE_MAX_MEMBERS 28 /* per program: at most 2 instructions each, 64 in all */
+
+static bool f32ish(tpu_dtype_t dt) { return dt == TPU_F32 || dt == TPU_BF16 || dt == TPU_F16; }
+
+static tpu_dtype_t dtype_of(const tpu_graph_t *g, tpu_value_t v) {
+  return tpu_graph_node(g, v)->dtype;
+}
+
+static bool float_unary(tpu_op_t op) {
+  switch (op) {
+    case TPU_OP_ABS: case TPU_OP_NEG: case TPU_OP_EXP: case TPU_OP_EXPM1: case TPU_OP_LOG:
+    case TPU_OP_LOG1P: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_TANH:
+    case TPU_OP_LOGISTIC: case TPU_OP_SIN: case TPU_OP_COS: case TPU_OP_TAN: case TPU_OP_ERF:
+    case TPU_OP_FLOOR: case TPU_OP_CEIL: case TPU_OP_ROUND_EVEN: case TPU_OP_SIGN:
+      return true;
+    default:
+      return false;
+  }
+}
+
+static bool float_binary(tpu_op_t op) {
+  switch (op) {
+    case TPU_OP_ADD: case TPU_OP_SUB: case TPU_OP_MUL: case TPU_OP_DIV: case TPU_OP_REM:
+    case TPU_OP_POW: case TPU_OP_MAX: case TPU_OP_MIN: case TPU_OP_ATAN2:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/* An elementwise node a program can compute. */
+static bool ew_fusible(const tpu_graph_t *g, const tpu_node_t *n) {
+  const tpu_value_t *o = n->operands;
+  switch (n->op) {
+    case TPU_OP_CONVERT:
+      return f32ish(n->dtype) && f32ish(dtype_of(g, o[0]));
+    case TPU_OP_COMPARE:
+      return f32ish(dtype_of(g, o[0])) && f32ish(dtype_of(g, o[1]));
+    case TPU_OP_SELECT:
+      return f32ish(n->dtype) && dtype_of(g, o[0]) == TPU_BOOL && f32ish(dtype_of(g, o[1])) &&
+             f32ish(dtype_of(g, o[2]));
+    case TPU_OP_CLAMP:
+      return f32ish(n->dtype) && f32ish(dtype_of(g, o[0])) && f32ish(dtype_of(g, o[1])) &&
+             f32ish(dtype_of(g, o[2]));
+    default:
+      if (float_unary(n->op)) return f32ish(n->dtype) && f32ish(dtype_of(g, o[0]));
+      if (float_binary(n->op)) {
+        return f32ish(n->dtype) && f32ish(dtype_of(g, o[0])) && f32ish(dtype_of(g, o[1]));
+      }
+      return false;
+  }
+}
+
+/* A node that can head a group (run first, then the epilogue over its result). */
+static bool head_fusible(const tpu_graph_t *g, const tpu_node_t *n) {
+  switch (n->op) {
+    case TPU_OP_REDUCE:
+      return f32ish(n->dtype) && f32ish(dtype_of(g, n->operands[0])) &&
+             n->attrs.reduce.kind <= TPU_REDUCE_MIN; /* SUM, PROD, MAX, MIN */
+    case TPU_OP_DOT_GENERAL:
+    case TPU_OP_CONVOLUTION:
+      return f32ish(n->dtype);
+    default:
+      return false;
+  }
+}
+
+/* Whether a REDUCE head may take a prologue: a non-empty operand of rank >= 1. */
+static bool prologue_ok(const tpu_graph_t *g, const tpu_node_t *head) {
+  if (head->op != TPU_OP_REDUCE) return false;
+  const tpu_node_t *x = tpu_graph_node(g, head->operands[0]);
+  int64_t numel;
+  return x->shape.rank >= 1 && tpu_shape_numel(&x->shape, &numel) && numel > 0;
+}
+
+/* A splat constant a program can hold in a register: its value as f32. */
+static bool const_f32(const tpu_graph_t *g, tpu_value_t v, float *out) {
+  const tpu_node_t *k = pass_splat(g, v);
+  if (!k || !(f32ish(k->dtype) || k->dtype == TPU_BOOL)) return false;
+  if (k->dtype == TPU_BOOL) {
+    *out = k->attrs.constant.ivalue ? 1.0f : 0.0f;
+    return true;
+  }
+  uint16_t h[2] = {0, 0};
+  float f = 0;
+  tpu_shape_t rank0;
+  memset(&rank0, 0, sizeof rank0);
+  tpu_buf_t b = tpu_buf_dense(k->dtype == TPU_F32 ? (void *)&f : (void *)h, k->dtype, &rank0);
+  if (tpu_kernel_fill(&b, k->attrs.constant.value, k->attrs.constant.ivalue, NULL) != TPU_OK) {
+    return false;
+  }
+  if (k->dtype == TPU_BF16) f = tpu_bf16_to_f32(h[0]);
+  if (k->dtype == TPU_F16) f = tpu_f16_to_f32(h[0]);
+  *out = f;
+  return true;
+}
+
+static int nonconst_operands(const tpu_graph_t *g, const tpu_node_t *n) {
+  int k = 0;
+  float f;
+  for (int i = 0; i < n->num_operands; i++) k += !const_f32(g, n->operands[i], &f);
+  return k;
+}
+
+/* ---- planning ----------------------------------------------------------------------- */
+
+typedef struct plan_scratch {
+  int *uses;           /* operand slots reading each value */
+  int *user_group;     /* -1 unset, -2 users in different groups or unfusible */
+  unsigned char *user_role; /* bit 1: a POST user, bit 2: a PRE or HEAD user */
+  bool *is_out;
+} plan_scratch_t;
+
+static int new_group(fuse_plan_t *p, tpu_value_t v, tpu_value_t head) {
+  int gi = p->num_groups++;
+  fuse_group_t *gr = &p->groups[gi];
+  memset(gr, 0, sizeof *gr);
+  gr->root = v;
+  gr->head = head;
+  gr->fused = -1;
+  return gi;
+}
+
+static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s) {
+  for (int v = p->n - 1; v >= 0; v--) {
+    const tpu_node_t *node = tpu_graph_node(g, v);
+    bool ew = ew_fusible(g, node), head = !ew && head_fusible(g, node);
+    int gi = -1;
+    unsigned char role = ROLE_NONE;
+    int ug = s->user_group[v];
+    if ((ew || head) && ug >= 0 && !s->is_out[v]) {
+      fuse_group_t *gr = &p->groups[ug];
+      const tpu_node_t *root = tpu_graph_node(g, gr->root);
+      bool post_users = s->user_role[v] == 1, pre_users = s->user_role[v] == 2;
+      int ext = nonconst_operands(g, node);
+      if (ew && post_users && tpu_shape_equal(&node->shape, &root->shape) &&
+          gr->num_post < FUSE_MAX_MEMBERS &&
+          gr->post_ext + ext - s->uses[v] <= TPU_EW_PROGRAM_MAX_INPUTS) {
+        gi = ug;
+        role = ROLE_POST;
+        gr->num_post++;
+        gr->post_ext += ext - s->uses[v];
+      } else if (ew && pre_users && gr->head != TPU_NO_VALUE &&
+                 prologue_ok(g, tpu_graph_node(g, gr->head)) &&
+                 tpu_shape_equal(&node->shape,
+                                 &tpu_graph_node(g, tpu_graph_node(g, gr->head)->operands[0])->shape) &&
+                 gr->num_pre < FUSE_MAX_MEMBERS) {
+        int head_refs = tpu_graph_node(g, gr->head)->operands[0] == v;
+        int pre_ext = gr->pre_ext + ext - (s->uses[v] - head_refs);
+        if (pre_ext <= TPU_EW_PROGRAM_MAX_INPUTS) {
+          gi = ug;
+          role = ROLE_PRE;
+          gr->num_pre++;
+          gr->pre_ext = pre_ext;
+        }
+      } else if (head && post_users && gr->head == TPU_NO_VALUE &&
+                 tpu_shape_equal(&node->shape, &root->shape) &&
+                 gr->post_ext + 1 - s->uses[v] <= TPU_EW_PROGRAM_MAX_INPUTS) {
+        gi = ug;
+        role = ROLE_HEAD;
+        gr->head = v;
+        gr->post_ext += 1 - s->uses[v];
+      }
+    }
+    if (gi < 0 && ew && f32ish(node->dtype)) {
+      gi = new_group(p, v, TPU_NO_VALUE);
+      role = ROLE_POST;
+      p->groups[gi].num_post = 1;
+      p->groups[gi].post_ext = nonconst_operands(g, node);
+    } else if (gi < 0 && head) {
+      gi = new_group(p, v, v);
+      role = ROLE_HEAD;
+    }
+    p->group_of[v] = gi;
+    p->role[v] = role;
+    for (int i = 0; i < node->num_operands; i++) {
+      tpu_value_t u = node->operands[i];
+      if (gi < 0) {
+        s->user_group[u] = -2;
+        continue;
+      }
+      if (s->user_group[u] == -1) s->user_group[u] = gi;
+      else if (s->user_group[u] != gi) s->user_group[u] = -2;
+      s->user_role[u] |= role == ROLE_POST ? 1 : 2;
+    }
+  }
+}
+
+/* ---- programs ----------------------------------------------------------------------- */
+
+typedef struct prog_build {
+  const tpu_graph_t *g;
+  const fuse_plan_t *p;
+  int gi;
+  unsigned char role;
+  tpu_value_t bound;         /* value of input register 0 (the head's result), or none */
+  int *reg_of;               /* (n) scratch, -1 between builds */
+  int *cnt;                  /* (n) scratch, 0 between builds: uses inside the program */
+  tpu_ew_program_t *prog;
+  tpu_value_t ext[TPU_EW_PROGRAM_MAX_INPUTS];
+  int num_ext;
+  int reg_uses[TPU_EW_PROGRAM_MAX_REGS];
+  bool reg_free[TPU_EW_PROGRAM_MAX_REGS];
+} prog_build_t;
+
+static bool in_prog(const prog_build_t *b, tpu_value_t u) {
+  return b->p->group_of[u] == b->gi && b->p->role[u] == b->role;
+}
+
+static int alloc_reg(prog_build_t *b, int first_temp) {
+  for (int r = first_temp; r < TPU_EW_PROGRAM_MAX_REGS; r++) {
+    if (b->reg_free[r]) {
+      b->reg_free[r] = false;
+      return r;
+    }
+  }
+  return -1;
+}
+
+static void release_reads(prog_build_t *b, const tpu_node_t *node, int first_temp) {
+  for (int i = 0; i < node->num_operands; i++) {
+    int r = b->reg_of[node->operands[i]];
+    if (r >= first_temp && --b->reg_uses[r] == 0) b->reg_free[r] = true;
+  }
+}
+
+static bool emit(tpu_ew_program_t *p, tpu_op_t op, int dst, int a, int bb, int c, int aux) {
+  if (p->num_instrs >= TPU_EW_PROGRAM_MAX_INSTRS) return false;
+  tpu_ew_instr_t *in = &p->instrs[p->num_instrs++];
+  in->op = op;
+  in->dst = dst;
+  in->a = a;
+  in->b = bb;
+  in->c = c;
+  in->aux = aux;
+  return true;
+}
+
+/* Builds the program of the members with |b->role| in group |b->gi| (|mem|, node order;
+ * the last one is the result). False if it does not fit. Leaves reg_of / cnt clean. */
+static bool build_program(prog_build_t *b, const int *mem, int count) {
+  const tpu_graph_t *g = b->g;
+  tpu_ew_program_t *p = b->prog;
+  memset(p, 0, sizeof *p);
+  b->num_ext = 0;
+  float consts[TPU_EW_PROGRAM_MAX_REGS];
+  int num_consts = 0;
+  bool ok = true;
+  int nin = b->bound != TPU_NO_VALUE ? 1 : 0;
+  /* pass A: classify operands, count uses of members */
+  for (int k = 0; k < count && ok; k++) {
+    const tpu_node_t *node = tpu_graph_node(g, mem[k]);
+    for (int i = 0; i < node->num_operands && ok; i++) {
+      tpu_value_t u = node->operands[i];
+      float f;
+      if (u == b->bound) continue;
+      if (in_prog(b, u)) {
+        b->cnt[u]++;
+      } else if (b->reg_of[u] != -1) {
+        continue; /* seen: an input or a constant */
+      } else if (const_f32(g, u, &f)) {
+        int j = 0;
+        while (j < num_consts && memcmp(&consts[j], &f, sizeof f)) j++;
+        if (j == num_consts) {
+          if (num_consts == TPU_EW_PROGRAM_MAX_REGS) { ok = false; break; }
+          consts[num_consts++] = f;
+        }
+        b->reg_of[u] = -(2 + j); /* constant j, numbered once the inputs are known */
+      } else {
+        if (b->num_ext == TPU_EW_PROGRAM_MAX_INPUTS - nin) { ok = false; break; }
+        b->reg_of[u] = -(100 + b->num_ext);
+        b->ext[b->num_ext++] = u;
+      }
+    }
+  }
+  int ni = nin + b->num_ext;
+  int first_temp = ni + num_consts;
+  if (ni == 0 || first_temp >= TPU_EW_PROGRAM_MAX_REGS) ok = false;
+  /* final numbers of inputs and constants */
+  for (int k = 0; k < count; k++) {
+    const tpu_node_t *node = tpu_graph_node(g, mem[k]);
+    for (int i = 0; i < node->num_operands; i++) {
+      tpu_value_t u = node->operands[i];
+      int r = b->reg_of[u];
+      if (r <= -100) b->reg_of[u] = nin + (-r - 100);
+      else if (r <= -2) b->reg_of[u] = ni + (-r - 2);
+    }
+  }
+  if (b->bound != TPU_NO_VALUE) b->reg_of[b->bound] = 0;
+  p->num_inputs = ni;
+  p->num_consts = num_consts;
+  memcpy(p->consts, consts, sizeof(float) * (size_t)num_consts);
+  for (int r = 0; r < TPU_EW_PROGRAM_MAX_REGS; r++) {
+    b->reg_free[r] = r >= first_temp;
+    b->reg_uses[r] = 0;
+  }
+  /* pass B: instructions */
+  tpu_value_t result = count ? mem[count - 1] : TPU_NO_VALUE;
+  if (result != TPU_NO_VALUE) b->cnt[result]++; /* pinned: stored at the end */
+  for (int k = 0; k < count && ok; k++) {
+    tpu_value_t m = mem[k];
+    const tpu_node_t *node = tpu_graph_node(g, m);
+    int r[3] = {0, 0, 0};
+    for (int i = 0; i < node->num_operands && i < 3; i++) r[i] = b->reg_of[node->operands[i]];
+    int dst = -1;
+    bool round = node->dtype != TPU_F32 && m != result;
+    if (node->op == TPU_OP_CONVERT) {
+      tpu_dtype_t from = dtype_of(g, node->operands[0]);
+      if (node->dtype == TPU_F32 || node->dtype == from) { /* exact: same register */
+        dst = r[0];
+        if (dst >= first_temp) {
+          b->reg_uses[dst] += b->cnt[m] - 1;
+        }
+        b->reg_of[m] = dst;
+        continue;
+      }
+      release_reads(b, node, first_temp);
+      dst = alloc_reg(b, first_temp);
+      ok = dst >= 0 && emit(p, TPU_OP_CONVERT, dst, r[0], 0, 0, (int)node->dtype);
+      round = false;
+    } else if (tpu_op_family(node->op) == TPU_FAMILY_UNARY) {
+      release_reads(b, node, first_temp); /* in place is safe: dst has the operand's step */
+      dst = alloc_reg(b, first_temp);
+      ok = dst >= 0 && emit(p, node->op, dst, r[0], 0, 0, 0);
+    } else {
+      /* never in place: a broadcast operand register holds one value the loop reads
+       * while writing the whole block */
+      dst = alloc_reg(b, first_temp);
+      ok = dst >= 0;
+      if (ok && node->op == TPU_OP_COMPARE) {
+        ok = emit(p, TPU_OP_COMPARE, dst, r[0], r[1], 0, (int)node->attrs.compare.direction);
+        round = false;
+      } else if (ok && node->op == TPU_OP_SELECT) {
+        ok = emit(p, TPU_OP_SELECT, dst, r[0], r[1], r[2], 0);
+        round = false;
+      } else if (ok && node->op == TPU_OP_CLAMP) { /* min(max(x, lo), hi), as the kernel */
+        ok = emit(p, TPU_OP_MAX, dst, r[1], r[0], 0, 0) && emit(p, TPU_OP_MIN, dst, dst, r[2], 0, 0);
+        round = false;
+      } else if (ok) {
+        ok = emit(p, node->op, dst, r[0], r[1], 0, 0);
+      }
+      release_reads(b, node, first_temp);
+      if (ok) b->reg_free[dst] = false;
+    }
+    if (ok && round) ok = emit(p, TPU_OP_CONVERT, dst, dst, 0, 0, (int)node->dtype);
+    if (!ok) break;
+    b->reg_of[m] = dst;
+    b->reg_uses[dst] = b->cnt[m];
+  }
+  if (ok && result != TPU_NO_VALUE) p->result = b->reg_of[result];
+  /* clean the scratch */
+  for (int k = 0; k < count; k++) {
+    const tpu_node_t *node = tpu_graph_node(g, mem[k]);
+    for (int i = 0; i < node->num_operands; i++) b->reg_of[node->operands[i]] = -1;
+    b->reg_of[mem[k]] = -1;
+    b->cnt[mem[k]] = 0;
+  }
+  if (b->bound != TPU_NO_VALUE) b->reg_of[b->bound] = -1;
+  return ok && result != TPU_NO_VALUE && tpu_ew_program_check(p) == TPU_OK;
+}
+
+/* Builds group |gi|'s programs into |st|; false if they do not fit. */
+static bool build_group(const tpu_graph_t *g, const fuse_plan_t *p, int gi, int *reg_of, int *cnt,
+                        int *tmp, fuse_step_t *st) {
+  const fuse_group_t *gr = &p->groups[gi];
+  memset(st, 0, sizeof *st);
+  fused_t *f = &st->f;
+  prog_build_t b;
+  memset(&b, 0, sizeof b);
+  b.g = g;
+  b.p = p;
+  b.gi = gi;
+  b.reg_of = reg_of;
+  b.cnt = cnt;
+  f->has_head = gr->head != TPU_NO_VALUE;
+  f->has_pre = gr->num_pre > 0;
+  f->has_post = gr->num_post > 0;
+  if (f->has_head && !f->has_pre) {
+    const tpu_node_t *h = tpu_graph_node(g, gr->head);
+    if (h->num_operands > FUSE_MAX_HEAD_IN) return false;
+    for (int i = 0; i < h->num_operands; i++) st->inputs[st->num_inputs++] = h->operands[i];
+    f->num_head_in = h->num_operands;
+  }
+  if (f->has_pre) {
+    int k = 0;
+    for (int i = 0; i < gr->count; i++) {
+      tpu_value_t m = p->members[gr->first + i];
+      if (p->role[m] == ROLE_PRE) tmp[k++] = m;
+    }
+    b.role = ROLE_PRE;
+    b.bound = TPU_NO_VALUE;
+    b.prog = &f->pre;
+    if (!build_program(&b, tmp, k)) return false;
+    f->pre_in = st->num_inputs;
+    f->num_pre_in = b.num_ext;
+    for (int i = 0; i < b.num_ext; i++) st->inputs[st->num_inputs++] = b.ext[i];
+  }
+  if (f->has_post) {
+    int k = 0;
+    for (int i = 0; i < gr->count; i++) {
+      tpu_value_t m = p->members[gr->first + i];
+      if (p->role[m] == ROLE_POST) tmp[k++] = m;
+    }
+    b.role = ROLE_POST;
+    b.bound = gr->head;
+    b.prog = &f->post;
+    if (!build_program(&b, tmp, k)) return false;
+    f->post_in = st->num_inputs;
+    f->num_post_in = b.num_ext;
+    for (int i = 0; i < b.num_ext; i++) st->inputs[st->num_inputs++] = b.ext[i];
+  }
+  f->num_ops = gr->count;
+  st->group = gi;
+  return true;
+}
+
+/* ---- the plan ------------------------------------------------------------------------ */
+
+void tpu_fuse_plan_free(fuse_plan_t *plan, tpu_allocator_t host) {
+  tpu_allocator_free(host, plan->group_of);
+  tpu_allocator_free(host, plan->role);
+  tpu_allocator_free(host, plan->groups);
+  tpu_allocator_free(host, plan->members);
+  tpu_allocator_free(host, plan->fused);
+  tpu_allocator_free(host, plan->needed);
+  memset(plan, 0, sizeof *plan);
+}
+
+const fuse_step_t *tpu_fuse_step_at(const fuse_plan_t *plan, tpu_value_t v) {
+  int gi = plan->group_of ? plan->group_of[v] : -1;
+  if (gi < 0 || plan->groups[gi].fused < 0 || plan->groups[gi].root != v) return NULL;
+  return &plan->fused[plan->groups[gi].fused];
+}
+
+bool tpu_fuse_internal(const fuse_plan_t *plan, tpu_value_t v) {
+  int gi = plan->group_of ? plan->group_of[v] : -1;
+  return gi >= 0 && plan->groups[gi].fused >= 0 && plan->groups[gi].root != v;
+}
+
+#define ALLOC(ptr, count)                                                                  \
+  if (st == TPU_OK) {                                                                      \
+    st = tpu_allocator_calloc(host, (size_t)(count) + 1, sizeof *(ptr), "fuse",            \
+                              (void **)&(ptr));                                            \
+  }
+
+tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t host,
+                           fuse_plan_t *plan) {
+  memset(plan, 0, sizeof *plan);
+  int n = plan->n = tpu_graph_num_nodes(g);
+  tpu_status_t st = TPU_OK;
+  ALLOC(plan->needed, n);
+  if (st != TPU_OK) return st;
+  if (!enabled) {
+    for (int v = 0; v < n; v++) plan->needed[v] = true;
+    return TPU_OK;
+  }
+  plan_scratch_t s;
+  memset(&s, 0, sizeof s);
+  int *reg_of = NULL, *cnt = NULL, *tmp = NULL, *fill = NULL;
+  ALLOC(plan->group_of, n);
+  ALLOC(plan->role, n);
+  ALLOC(plan->groups, n);
+  ALLOC(plan->members, n);
+  ALLOC(s.uses, n);
+  ALLOC(s.user_group, n);
+  ALLOC(s.user_role, n);
+  ALLOC(s.is_out, n);
+  ALLOC(reg_of, n);
+  ALLOC(cnt, n);
+  ALLOC(tmp, n);
+  ALLOC(fill, n);
+  if (st == TPU_OK) {
+    for (int v = 0; v < n; v++) {
+      const tpu_node_t *node = tpu_graph_node(g, v);
+      for (int i = 0; i < node->num_operands; i++) s.uses[node->operands[i]]++;
+      s.user_group[v] = -1;
+      reg_of[v] = -1;
+    }
+    for (int o = 0; o < tpu_graph_num_outputs(g); o++) s.is_out[tpu_graph_output_value(g, o)] = true;
+    plan_groups(g, plan, &s);
+    /* members of each group in node order (a counting sort) */
+    for (int v = 0; v < n; v++) {
+      if (plan->group_of[v] >= 0) plan->groups[plan->group_of[v]].count++;
+    }
+    int at = 0;
+    for (int gi = 0; gi < plan->num_groups; gi++) {
+      plan->groups[gi].first = at;
+      at += plan->groups[gi].count;
+    }
+    for (int v = 0; v < n; v++) {
+      int gi = plan->group_of[v];
+      if (gi >= 0) plan->members[plan->groups[gi].first + fill[gi]++] = v;
+    }
+    /* groups worth a fused step: a head with a program, or two or more elementwise ops */
+    for (int gi = 0; gi < plan->num_groups; gi++) {
+      const fuse_group_t *gr = &plan->groups[gi];
+      if (gr->count > 1) plan->num_fused++;
+    }
+    ALLOC(plan->fused, plan->num_fused);
+  }
+  if (st == TPU_OK) {
+    int k = 0;
+    for (int gi = 0; gi < plan->num_groups; gi++) {
+      fuse_group_t *gr = &plan->groups[gi];
+      if (gr->count <= 1) continue;
+      if (build_group(g, plan, gi, reg_of, cnt, tmp, &plan->fused[k])) gr->fused = k++;
+    }
+    plan->num_fused = k;
+    /* which values a step reads (backward: a reader's need is known first) */
+    for (int o = 0; o < tpu_graph_num_outputs(g); o++) {
+      plan->needed[tpu_graph_output_value(g, o)] = true;
+    }
+    for (int v = n - 1; v >= 0; v--) {
+      if (!plan->needed[v] || tpu_fuse_internal(plan, v)) continue;
+      const fuse_step_t *fs = tpu_fuse_step_at(plan, v);
+      if (fs) {
+        for (int i = 0; i < fs->num_inputs; i++) plan->needed[fs->inputs[i]] = true;
+      } else {
+        const tpu_node_t *node = tpu_graph_node(g, v);
+        for (int i = 0; i < node->num_operands; i++) plan->needed[node->operands[i]] = true;
+      }
+    }
+  }
+  tpu_allocator_free(host, s.uses);
+  tpu_allocator_free(host, s.user_group);
+  tpu_allocator_free(host, s.user_role);
+  tpu_allocator_free(host, s.is_out);
+  tpu_allocator_free(host, reg_of);
+  tpu_allocator_free(host, cnt);
+  tpu_allocator_free(host, tmp);
+  tpu_allocator_free(host, fill);
+  if (st != TPU_OK) tpu_fuse_plan_free(plan, host);
+  return st;
+}

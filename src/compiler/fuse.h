@@ -1,0 +1,61 @@
+/* fuse.h: kernel fusion planning (internal to src/compiler; fuse.c).
+ *
+ * tpu_fuse_plan groups the nodes of a graph into fused kernel steps:
+ *   - chains of float elementwise ops (unary, binary, compare, select, clamp, convert) of
+ *     one shape, whose inputs may be broadcasts, reshapes and other views;
+ *   - a head (REDUCE, DOT_GENERAL, CONVOLUTION) with an elementwise epilogue on its result
+ *     (bias, activation, residual, scaling of a mean), and for REDUCE a prologue: the
+ *     elementwise chain that computes the reduced operand (softmax's exp(x - max), layer
+ *     norm's (x - mean)^2), computed chunk by chunk and never written whole.
+ * A node joins its users' group only if every user is in that group and it is not an
+ * output, so a fused group has one result (its root, the last node) and no intermediate
+ * value is needed outside it. Groups are found in one backward sweep: linear time.
+ */
+#ifndef TPU_COMPILER_FUSE_H
+#define TPU_COMPILER_FUSE_H
+
+#include "compiler/executable.h"
+
+#define FUSE_MAX_HEAD_IN 2
+#define FUSE_MAX_INPUTS (FUSE_MAX_HEAD_IN + 2 * TPU_EW_PROGRAM_MAX_INPUTS)
+
+typedef struct fuse_group {
+  tpu_value_t root;        /* the last node: the group's value, the step's position */
+  tpu_value_t head;        /* REDUCE / DOT_GENERAL / CONVOLUTION, or TPU_NO_VALUE */
+  int num_pre, num_post;   /* members by role (the head not counted) */
+  int pre_ext, post_ext;   /* upper bounds of each program's external inputs */
+  int first, count;        /* members (all roles, node order) in plan->members */
+  int fused;               /* index into plan->fused, or -1: runs unfused */
+} fuse_group_t;
+
+typedef struct fuse_step {
+  int group;                             /* in plan->groups */
+  fused_t f;                             /* programs (inputs and views filled by compile) */
+  int num_inputs;
+  tpu_value_t inputs[FUSE_MAX_INPUTS];   /* the step's input values, in fused_t's order */
+} fuse_step_t;
+
+typedef struct fuse_plan {
+  int n;
+  int *group_of;           /* (n) group index or -1 */
+  unsigned char *role;     /* (n) fuse_role */
+  fuse_group_t *groups;
+  int num_groups;
+  int *members;            /* (n) */
+  fuse_step_t *fused;      /* (num_fused) */
+  int num_fused;
+  bool *needed;            /* (n) the value is read by a step or is an output */
+} fuse_plan_t;
+
+/* Plans fusion for |g| (fusion on: every node; |enabled| false: no groups, every node
+ * needed, which reproduces the unfused compile). */
+tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t host,
+                           fuse_plan_t *plan);
+void tpu_fuse_plan_free(fuse_plan_t *plan, tpu_allocator_t host);
+
+/* The fused step whose root is |v|, or NULL. */
+const fuse_step_t *tpu_fuse_step_at(const fuse_plan_t *plan, tpu_value_t v);
+/* Whether |v| is computed inside a fused step (and has no value of its own). */
+bool tpu_fuse_internal(const fuse_plan_t *plan, tpu_value_t v);
+
+#endif /* TPU_COMPILER_FUSE_H */
