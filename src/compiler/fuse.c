@@ -353,7 +353,10 @@ static bool build_program(prog_build_t *b, const int *mem, int count) {
         ok = emit(p, TPU_OP_SELECT, dst, r[0], r[1], r[2], 0);
         round = false;
       } else if (ok && node->op == TPU_OP_CLAMP) { /* min(max(x, lo), hi), as the kernel */
-        ok = emit(p, TPU_OP_MAX, dst, r[1], r[0], 0, 0) && emit(p, TPU_OP_MIN, dst, dst, r[2], 0, 0);
+        int t = alloc_reg(b, first_temp); /* not dst: max(x, lo) may be one broadcast value */
+        ok = t >= 0 && emit(p, TPU_OP_MAX, t, r[1], r[0], 0, 0) &&
+             emit(p, TPU_OP_MIN, dst, t, r[2], 0, 0);
+        if (t >= 0) b->reg_free[t] = true;
         round = false;
       } else if (ok) {
         ok = emit(p, node->op, dst, r[0], r[1], 0, 0);

@@ -96,6 +96,19 @@ static void program_loop(void *arg, char *const *ptrs, const int64_t *strides, i
     for (int j = 0; j < p->num_instrs; j++) {
       const tpu_ew_instr_t *in = &p->instrs[j];
       float *dst = regs[in->dst];
+      /* an operand in the destination register that holds one broadcast value while the
+       * result is a vector would be overwritten before it is read again: read it from a
+       * copy (dst == a with a vector a is fine: element i is read before it is written) */
+      float held[3];
+      if (tpu_op_family(in->op) != TPU_FAMILY_UNARY) {
+        int ops[3] = {in->a, in->b, in->op == TPU_OP_SELECT ? in->c : in->b};
+        for (int k = 0; k < 3; k++) {
+          if (ops[k] == in->dst && step[ops[k]] == 0 && val[ops[k]] == dst) {
+            held[k] = dst[0];
+            val[ops[k]] = &held[k];
+          }
+        }
+      }
       if (special_op(in->op)) {
         int64_t st = step[in->a];
         if (in->op != TPU_OP_CONVERT) st |= step[in->b];
