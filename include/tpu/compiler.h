@@ -63,14 +63,14 @@ int tpu_executable_num_kernels(const tpu_executable_t *exe);
 int tpu_executable_num_fused(const tpu_executable_t *exe);
 /* What the graph passes did (nodes before and after, rewrites per pass). */
 void tpu_executable_pass_stats(const tpu_executable_t *exe, tpu_pass_stats_t *out_stats);
-/* The compiled steps as text, one line per step, e.g.
- *   "0: FUSED(REDUCE,MUL) f32[8] -> scratch"
- *   "1: FUSED(SUB,MUL,REDUCE,MUL,ADD,RSQRT) f32[8] -> scratch"
- *   "2: FUSED(SUB,MUL,MUL,ADD) f32[8,64] -> output 0"
- *   "3: DOT_GENERAL f32[8,16] -> output 1"
- *   "4: COPY f32[8] -> output 2"
- * (a fused step lists the ops of its nodes in graph order). NUL-terminated, allocated with
- * |host| (free with host.free); *out_len (may be NULL) is its length. */
+/* The compiled steps as text, one line per step, e.g. for a layer norm:
+ *   "0: FUSED(REDUCE,MUL) f32[8] -> output 1"
+ *   "1: FUSED(SUB,MUL,REDUCE,MUL,ADD,RSQRT,MUL,MUL,ADD) f32[8] -> output 2,
+ *       side f32[8,64] -> scratch, tail f32[8,64] -> output 0"   (one line)
+ * and "DOT_GENERAL f32[8,16] -> output 1", "COPY f32[8] -> output 2" for unfused steps. A
+ * fused step lists the ops of its nodes (its side group's, its own, its tail group's) and
+ * every tensor it writes. NUL-terminated, allocated with |host| (free with host.free);
+ * *out_len (may be NULL) is its length. */
 tpu_status_t tpu_executable_describe(const tpu_executable_t *exe, tpu_allocator_t host,
                                      char **out_text, size_t *out_len);
 /* Output |i|'s dtype, shape and layout (false: dense; else strides copied out). */

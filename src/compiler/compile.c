@@ -242,10 +242,57 @@ static tpu_status_t plan_offsets(compile_state_t *cs, size_t *out_peak, size_t *
         st->in[i].scratch_offset = cs->buffers[st->in[i].index].offset;
       }
     }
-    if (st->fused && st->fused->has_pre) {
-      st->fused->chunk.scratch_offset = cs->buffers[st->fused->chunk.index].offset;
+    fused_t *f = st->fused;
+    if (f && f->has_pre) f->chunk.scratch_offset = cs->buffers[f->chunk.index].offset;
+    if (f && f->has_side && f->side_out.base == BASE_SCRATCH) {
+      f->side_out.scratch_offset = cs->buffers[f->side_out.index].offset;
+    }
+    if (f && f->has_tail && f->tail_out.base == BASE_SCRATCH) {
+      f->tail_out.scratch_offset = cs->buffers[f->tail_out.index].offset;
     }
   }
+  return TPU_OK;
+}
+
+/* The view of value |w|, written by the step at position |at| (a fused step's side or tail
+ * result): its output buffer if it may be written directly (programs write any strides),
+ * else a dense scratch buffer. */
+static tpu_status_t assign_written_view(compile_state_t *cs, tpu_value_t w, int at, int *direct) {
+  const tpu_node_t *node = tpu_graph_node(cs->g, w);
+  value_info_t *info = &cs->values[w];
+  int o = direct[w];
+  int64_t ostrides[TPU_MAX_RANK];
+  info->buffer = -1;
+  if (o >= 0) {
+    bool ostrided = tpu_graph_output_strides(cs->g, o, ostrides);
+    info->view = make_view(BASE_OUTPUT, o, node->dtype, &node->shape, ostrided ? ostrides : NULL);
+  } else {
+    int b = -1;
+    TPU_RETURN_IF_ERROR(new_buffer(cs, node, at, &b));
+    info->view = make_view(BASE_SCRATCH, b, node->dtype, &node->shape, NULL);
+    info->buffer = b;
+  }
+  info->has_view = true;
+  return TPU_OK;
+}
+
+/* Gives a layout node that comes later in the graph its view now (a tail reads it early). */
+static tpu_status_t ensure_view(compile_state_t *cs, tpu_value_t w, int depth) {
+  value_info_t *info = &cs->values[w];
+  if (info->has_view) return TPU_OK;
+  const tpu_node_t *node = tpu_graph_node(cs->g, w);
+  if (depth > 16 || tpu_op_family(node->op) != TPU_FAMILY_SHAPE || node->num_operands != 1) {
+    return tpu_status_set(TPU_ERR_INTERNAL, "compile: fused tail input %d has no view", (int)w);
+  }
+  TPU_RETURN_IF_ERROR(ensure_view(cs, node->operands[0], depth + 1));
+  const value_info_t *in = &cs->values[node->operands[0]];
+  view_t lv;
+  if (!layout_view(node, &in->view, &lv)) {
+    return tpu_status_set(TPU_ERR_INTERNAL, "compile: fused tail input %d is not a view", (int)w);
+  }
+  info->view = lv;
+  info->has_view = true;
+  info->buffer = in->buffer;
   return TPU_OK;
 }
 
@@ -262,13 +309,21 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
   tpu_status_t st = tpu_allocator_calloc(cs->host, (size_t)f->num_ops + 1, sizeof *f->ops,
                                          "compile", (void **)&f->ops);
   if (st == TPU_OK) {
-    const fuse_group_t *gr = &cs->plan.groups[fs->group];
-    for (int i = 0; i < gr->count; i++) {
-      f->ops[i] = tpu_graph_node(g, cs->plan.members[gr->first + i])->op;
+    const fuse_group_t *host = &cs->plan.groups[fs->group];
+    int order[3] = {host->side, fs->group, host->tail}, k = 0;
+    for (int j = 0; j < 3; j++) {
+      if (order[j] < 0) continue;
+      const fuse_group_t *gr = &cs->plan.groups[order[j]];
+      for (int i = 0; i < gr->count && k < f->num_ops; i++) {
+        f->ops[k++] = tpu_graph_node(g, cs->plan.members[gr->first + i])->op;
+      }
     }
+    if (f->has_side) f->side_out = cs->values[fs->side_root].view;
+    if (f->has_tail) f->tail_out = cs->values[fs->tail_root].view;
   }
-  if (st == TPU_OK && f->has_pre) {
-    /* the prologue's chunk: whole slices of dim 0 when dim 0 is kept, else everything */
+  if (st == TPU_OK && (f->has_pre || f->has_side || f->has_tail)) {
+    /* chunks: whole slices of dim 0 when dim 0 is kept, else everything; the prologue
+     * writes each chunk of the reduced operand to a small scratch buffer */
     const tpu_node_t *x = tpu_graph_node(g, head->operands[0]);
     int64_t numel = 1;
     tpu_shape_numel(&x->shape, &numel);
@@ -282,8 +337,8 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
     tpu_shape_t cshape = x->shape;
     cshape.dims[0] = f->chunk_rows;
     int b = -1;
-    st = new_buffer_of(cs, x->dtype, &cshape, v, &b);
-    if (st == TPU_OK) f->chunk = make_view(BASE_SCRATCH, b, x->dtype, &cshape, NULL);
+    if (f->has_pre) st = new_buffer_of(cs, x->dtype, &cshape, v, &b);
+    if (st == TPU_OK && f->has_pre) f->chunk = make_view(BASE_SCRATCH, b, x->dtype, &cshape, NULL);
   }
   if (st == TPU_OK) {
     st = push_step(cs, STEP_FUSED, head ? head : root, v, &cs->values[v].view, fs->inputs,
@@ -308,7 +363,7 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
   /* liveness: last reader of each value (a fused step reads its inputs at its root) */
   for (int v = 0; v < cs->n; v++) cs->values[v].last_use = v;
   for (int v = 0; v < cs->n; v++) {
-    if (!plan->needed[v] || tpu_fuse_internal(plan, v)) continue;
+    if (!plan->needed[v] || tpu_fuse_elsewhere(plan, v)) continue;
     const fuse_step_t *fs = tpu_fuse_step_at(plan, v);
     if (fs) {
       for (int i = 0; i < fs->num_inputs; i++) cs->values[fs->inputs[i]].last_use = v;
@@ -333,6 +388,10 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
   for (int v = 0; v < cs->n && st == TPU_OK; v++) {
     const tpu_node_t *node = tpu_graph_node(g, v);
     value_info_t *info = &cs->values[v];
+    if (node->op != TPU_OP_PARAMETER && tpu_fuse_elsewhere(plan, v) &&
+        !tpu_fuse_internal(plan, v)) {
+      continue; /* an attached group's root: its host step (before or after) gives the view */
+    }
     info->buffer = -1;
     if (node->op != TPU_OP_PARAMETER && (!plan->needed[v] || tpu_fuse_internal(plan, v))) {
       direct[v] = -1; /* computed inside a fused step, or read by no step */
@@ -361,6 +420,10 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
     const fuse_step_t *fs = tpu_fuse_step_at(plan, v);
     const tpu_node_t *head =
         fs && fs->f.has_head ? tpu_graph_node(g, plan->groups[fs->group].head) : NULL;
+    if (fs && fs->side_root != TPU_NO_VALUE) {
+      st = assign_written_view(cs, fs->side_root, v, direct);
+      if (st != TPU_OK) break;
+    }
     int o = direct[v];
     int64_t ostrides[TPU_MAX_RANK];
     bool ostrided = o >= 0 && tpu_graph_output_strides(g, o, ostrides);
@@ -376,6 +439,14 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
       info->buffer = b;
     }
     info->has_view = true;
+    if (fs && fs->tail_root != TPU_NO_VALUE) {
+      st = assign_written_view(cs, fs->tail_root, v, direct);
+      /* the tail reads this step's result through broadcasts that come later in the graph */
+      for (int i = 0; st == TPU_OK && i < fs->f.num_tail_in; i++) {
+        st = ensure_view(cs, fs->inputs[fs->f.tail_in + i], 0);
+      }
+      if (st != TPU_OK) break;
+    }
     if (fs) {
       st = push_fused_step(cs, fs, head, v);
     } else {
@@ -637,12 +708,20 @@ tpu_status_t tpu_executable_describe(const tpu_executable_t *exe, tpu_allocator_
     } else {
       text_put(&t, "%s ", tpu_op_name(s->op));
     }
-    text_type(&t, &s->out);
-    if (s->out.base == BASE_OUTPUT) {
-      text_put(&t, " -> output %d\n", s->out.index);
-    } else {
-      text_put(&t, " -> scratch\n");
+    const view_t *outs[3] = {&s->out, NULL, NULL};
+    if (s->fused && s->fused->has_side) outs[1] = &s->fused->side_out;
+    if (s->fused && s->fused->has_tail) outs[2] = &s->fused->tail_out;
+    for (int k = 0; k < 3; k++) {
+      if (!outs[k]) continue;
+      if (k) text_put(&t, ", %s ", k == 1 ? "side" : "tail");
+      text_type(&t, outs[k]);
+      if (outs[k]->base == BASE_OUTPUT) {
+        text_put(&t, " -> output %d", outs[k]->index);
+      } else {
+        text_put(&t, " -> scratch");
+      }
     }
+    text_put(&t, "\n");
   }
   if (t.st != TPU_OK) {
     tpu_allocator_free(host, t.buf);

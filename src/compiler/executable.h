@@ -34,21 +34,31 @@ typedef enum step_kind { STEP_NODE, STEP_COPY, STEP_FUSED } step_kind_t;
 /* A fused step (fuse.c): an optional head (REDUCE, DOT_GENERAL or CONVOLUTION; its
  * attributes are the step's) with
  *   - a prologue program computing the REDUCE operand chunk by chunk (chunk_rows slices of
- *     dim 0 at a time into |chunk|, a small scratch buffer) so it never exists whole, and
+ *     dim 0 at a time into |chunk|, a small scratch buffer) so it never exists whole;
  *   - an epilogue program over the head's result in place (its input 0), or, without a
- *     head, the whole fused elementwise chain.
- * The step's inputs are, in order: the head's operands (none with a prologue), the
- * prologue's inputs, the epilogue's inputs (after its bound input 0). */
+ *     head, the whole fused elementwise chain;
+ *   - for REDUCE heads, row-wise fusion: a side program that writes a value the reduction
+ *     reads (and others read later, e.g. softmax's exp(x - max)) and a tail program that
+ *     reads the reduction's result broadcast back over the rows (softmax's division, layer
+ *     norm's normalization), both run per chunk of rows, so the rows stay in cache.
+ * Per chunk: side -> prologue -> reduce -> epilogue -> tail.
+ * The step's inputs are, in order: the head's operands (none with a prologue or a side
+ * computing the operand), then the prologue's, epilogue's (after its bound input 0),
+ * side's and tail's inputs. */
 typedef struct fused {
-  bool has_head, has_pre, has_post;
+  bool has_head, has_pre, has_post, has_side, has_tail;
   int num_head_in;
   int pre_in, num_pre_in;      /* prologue inputs: in[pre_in ...] */
   int post_in, num_post_in;    /* epilogue inputs: in[post_in ...] */
-  tpu_ew_program_t pre, post;
+  int side_in, num_side_in;
+  int tail_in, num_tail_in;
+  tpu_ew_program_t pre, post, side, tail;
+  bool head_reads_side;        /* the REDUCE operand is the side program's result */
+  view_t side_out, tail_out;   /* where the side and tail results go (whole tensors) */
   view_t chunk;                /* prologue chunk: the REDUCE operand's dtype, dims[0] = chunk_rows */
   int64_t rows, chunk_rows;    /* the operand's dim 0, and the slices of it per chunk */
   int num_ops;
-  tpu_op_t *ops;               /* (num_ops) the fused nodes' ops in node order (describe) */
+  tpu_op_t *ops;               /* (num_ops) the fused nodes' ops (describe) */
 } fused_t;
 
 typedef struct step {

@@ -225,40 +225,64 @@ static tpu_buf_t rows_of(const tpu_buf_t *b, int64_t rows, int64_t r0, int64_t n
 }
 
 static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *out,
-                              void *scratch, tpu_pool_t *pool) {
+                              void *const *inputs, void *const *outputs, void *scratch,
+                              tpu_pool_t *pool) {
   const fused_t *f = s->fused;
   const tpu_attrs_t *a = &s->attrs;
   if (!f->has_head) return run_program(&f->post, NULL, in + f->post_in, f->num_post_in, out, pool);
-  if (f->has_pre) {
-    /* the prologue writes the REDUCE operand a chunk of dim-0 slices at a time into a small
-     * buffer that the reduction reads back while it is still in cache */
-    tpu_buf_t chunk = resolve(&f->chunk, NULL, NULL, scratch);
+  if (f->has_pre || f->has_side || f->has_tail) {
+    /* chunks of dim-0 slices: side -> prologue -> reduce -> epilogue -> tail, so the rows
+     * a chunk computes are read back while they are still in cache */
+    tpu_buf_t chunk, side, tail;
+    if (f->has_pre) chunk = resolve(&f->chunk, inputs, outputs, scratch);
+    if (f->has_side) side = resolve(&f->side_out, inputs, outputs, scratch);
+    if (f->has_tail) tail = resolve(&f->tail_out, inputs, outputs, scratch);
     bool split = !a->reduce.dims[0];
+    const int64_t rows = f->rows;
     tpu_buf_t wins[TPU_EW_PROGRAM_MAX_INPUTS];
-    for (int64_t r0 = 0; r0 < f->rows; r0 += f->chunk_rows) {
-      int64_t nr = f->rows - r0 < f->chunk_rows ? f->rows - r0 : f->chunk_rows;
-      tpu_buf_t c = chunk;
-      c.dims[0] = nr;
-      for (int i = 0; i < f->num_pre_in; i++) wins[i] = rows_of(&in[f->pre_in + i], f->rows, r0, nr);
-      TPU_RETURN_IF_ERROR(run_program(&f->pre, NULL, wins, f->num_pre_in, &c, pool));
-      tpu_buf_t o = split ? rows_of(out, f->rows, r0, nr) : *out;
-      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &c, a->reduce.dims, &o, pool));
+    for (int64_t r0 = 0; r0 < rows; r0 += f->chunk_rows) {
+      int64_t nr = rows - r0 < f->chunk_rows ? rows - r0 : f->chunk_rows;
+      tpu_buf_t x;
+      if (f->has_side) {
+        tpu_buf_t w = rows_of(&side, rows, r0, nr);
+        for (int i = 0; i < f->num_side_in; i++) wins[i] = rows_of(&in[f->side_in + i], rows, r0, nr);
+        TPU_RETURN_IF_ERROR(run_program(&f->side, NULL, wins, f->num_side_in, &w, pool));
+      }
+      if (f->has_pre) {
+        x = chunk;
+        x.dims[0] = nr;
+        for (int i = 0; i < f->num_pre_in; i++) wins[i] = rows_of(&in[f->pre_in + i], rows, r0, nr);
+        TPU_RETURN_IF_ERROR(run_program(&f->pre, NULL, wins, f->num_pre_in, &x, pool));
+      } else {
+        x = rows_of(f->head_reads_side ? &side : &in[0], rows, r0, nr);
+      }
+      tpu_buf_t o = split ? rows_of(out, rows, r0, nr) : *out;
+      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &x, a->reduce.dims, &o, pool));
+      if (f->has_post) {
+        for (int i = 0; i < f->num_post_in; i++) wins[i] = rows_of(&in[f->post_in + i], rows, r0, nr);
+        TPU_RETURN_IF_ERROR(run_program(&f->post, &o, wins, f->num_post_in, &o, pool));
+      }
+      if (f->has_tail) {
+        tpu_buf_t w = rows_of(&tail, rows, r0, nr);
+        for (int i = 0; i < f->num_tail_in; i++) wins[i] = rows_of(&in[f->tail_in + i], rows, r0, nr);
+        TPU_RETURN_IF_ERROR(run_program(&f->tail, NULL, wins, f->num_tail_in, &w, pool));
+      }
     }
-  } else {
-    switch (s->op) {
-      case TPU_OP_REDUCE:
-        TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &in[0], a->reduce.dims, out, pool));
-        break;
-      case TPU_OP_DOT_GENERAL:
-        TPU_RETURN_IF_ERROR(tpu_kernel_dot_general(&a->dot, &in[0], &in[1], out, pool));
-        break;
-      case TPU_OP_CONVOLUTION:
-        TPU_RETURN_IF_ERROR(tpu_kernel_convolution(&a->conv, &in[0], &in[1], out, pool));
-        break;
-      default:
-        return tpu_status_set(TPU_ERR_INTERNAL, "fused step: %s cannot head a fusion",
-                              tpu_op_name(s->op));
-    }
+    return TPU_OK;
+  }
+  switch (s->op) {
+    case TPU_OP_REDUCE:
+      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &in[0], a->reduce.dims, out, pool));
+      break;
+    case TPU_OP_DOT_GENERAL:
+      TPU_RETURN_IF_ERROR(tpu_kernel_dot_general(&a->dot, &in[0], &in[1], out, pool));
+      break;
+    case TPU_OP_CONVOLUTION:
+      TPU_RETURN_IF_ERROR(tpu_kernel_convolution(&a->conv, &in[0], &in[1], out, pool));
+      break;
+    default:
+      return tpu_status_set(TPU_ERR_INTERNAL, "fused step: %s cannot head a fusion",
+                            tpu_op_name(s->op));
   }
   if (!f->has_post) return TPU_OK;
   return run_program(&f->post, out, in + f->post_in, f->num_post_in, out, pool);
@@ -279,7 +303,7 @@ tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *out
   for (int i = 0; i < s->num_in; i++) ins[i] = resolve(&s->in[i], inputs, outputs, scratch);
   tpu_buf_t out = resolve(&s->out, inputs, outputs, scratch);
   tpu_status_t st = s->kind == STEP_COPY    ? tpu_kernel_copy(&ins[0], &out, pool)
-                    : s->kind == STEP_FUSED ? run_fused(s, ins, &out, scratch, pool)
+                    : s->kind == STEP_FUSED ? run_fused(s, ins, &out, inputs, outputs, scratch, pool)
                                             : run_node(s, ins, &out, pool);
   if (st != TPU_OK) {
     char msg[512];

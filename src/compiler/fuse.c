@@ -137,6 +137,7 @@ static int new_group(fuse_plan_t *p, tpu_value_t v, tpu_value_t head) {
   gr->root = v;
   gr->head = head;
   gr->fused = -1;
+  gr->side = gr->tail = gr->attached = -1;
   return gi;
 }
 
@@ -433,6 +434,244 @@ static bool build_group(const tpu_graph_t *g, const fuse_plan_t *p, int gi, int 
   }
   f->num_ops = gr->count;
   st->group = gi;
+  st->side_root = st->tail_root = TPU_NO_VALUE;
+  return true;
+}
+
+
+/* ---- row-wise fusion (side and tail groups of a REDUCE) ------------------------------- */
+
+static bool layout_op(tpu_op_t op) {
+  return op == TPU_OP_BROADCAST_IN_DIM || op == TPU_OP_RESHAPE || op == TPU_OP_TRANSPOSE ||
+         op == TPU_OP_SLICE || op == TPU_OP_REVERSE;
+}
+
+/* The value whose memory |w| views (through layout ops), or |w|. */
+static tpu_value_t view_base(const tpu_graph_t *g, tpu_value_t w) {
+  for (int d = 0; d < 16; d++) {
+    const tpu_node_t *n = tpu_graph_node(g, w);
+    if (!layout_op(n->op) || n->num_operands != 1) return w;
+    w = n->operands[0];
+  }
+  return w;
+}
+
+/* Whether |w| reads |root| (f32[rows, ...]) broadcast so that row r of |w| reads only row
+ * r of |root|: broadcast_in_dim(root or reshape(root), dims[0] = 0), dim 0 kept. */
+static bool aligned_view(const tpu_graph_t *g, tpu_value_t w, tpu_value_t root, int64_t rows) {
+  const tpu_node_t *n = tpu_graph_node(g, w);
+  if (n->op != TPU_OP_BROADCAST_IN_DIM || n->shape.rank < 1 || n->shape.dims[0] != rows) {
+    return false;
+  }
+  tpu_value_t zv = n->operands[0];
+  const tpu_node_t *z = tpu_graph_node(g, zv), *r = tpu_graph_node(g, root);
+  if (z->shape.rank < 1 || n->attrs.broadcast.dims[0] != 0 || z->shape.dims[0] != rows ||
+      r->shape.rank < 1 || r->shape.dims[0] != rows) {
+    return false;
+  }
+  return zv == root || (z->op == TPU_OP_RESHAPE && z->operands[0] == root);
+}
+
+/* A REDUCE group that can host row-wise fusion: dim 0 kept and split into chunks. */
+static bool host_ok(const tpu_graph_t *g, const fuse_plan_t *p, int gi) {
+  const fuse_group_t *gr = &p->groups[gi];
+  if (gr->head == TPU_NO_VALUE || gr->attached >= 0) return false;
+  const tpu_node_t *h = tpu_graph_node(g, gr->head);
+  return h->op == TPU_OP_REDUCE && head_fusible(g, h) && prologue_ok(g, h) &&
+         !h->attrs.reduce.dims[0] && (gr->fused >= 0 || gr->count == 1);
+}
+
+/* A plain elementwise group that can be attached (fused, or one node). */
+static bool guest_ok(const fuse_plan_t *p, int gi) {
+  const fuse_group_t *gr = &p->groups[gi];
+  return gr->head == TPU_NO_VALUE && gr->attached < 0 && gr->side < 0 && gr->tail < 0 &&
+         (gr->fused >= 0 || gr->count == 1);
+}
+
+/* The step inputs of a plain group (its program's inputs, or its one node's operands). */
+static int guest_inputs(const tpu_graph_t *g, const fuse_plan_t *p, int gi, const tpu_value_t **out) {
+  const fuse_group_t *gr = &p->groups[gi];
+  if (gr->fused >= 0) {
+    *out = p->fused[gr->fused].inputs;
+    return p->fused[gr->fused].num_inputs;
+  }
+  const tpu_node_t *n = tpu_graph_node(g, gr->root);
+  *out = n->operands;
+  return n->num_operands;
+}
+
+typedef struct attach_scratch {
+  int *pre_reader;    /* (n) the one group whose PRE / HEAD nodes read a value, -2: several */
+  int *min_other;     /* (n) the first other reader's position */
+} attach_scratch_t;
+
+static void attach_sides(const tpu_graph_t *g, fuse_plan_t *p, attach_scratch_t *a) {
+  for (int v = 0; v < p->n; v++) {
+    a->pre_reader[v] = -1;
+    a->min_other[v] = INT32_MAX;
+  }
+  for (int w = 0; w < p->n; w++) {
+    const tpu_node_t *n = tpu_graph_node(g, w);
+    if (p->role[w] != ROLE_PRE && p->role[w] != ROLE_HEAD) continue;
+    for (int i = 0; i < n->num_operands; i++) {
+      int *pr = &a->pre_reader[n->operands[i]];
+      *pr = *pr == -1 || *pr == p->group_of[w] ? p->group_of[w] : -2;
+    }
+  }
+  for (int w = 0; w < p->n; w++) {
+    const tpu_node_t *n = tpu_graph_node(g, w);
+    for (int i = 0; i < n->num_operands; i++) {
+      tpu_value_t u = n->operands[i];
+      bool host_read = (p->role[w] == ROLE_PRE || p->role[w] == ROLE_HEAD) &&
+                       p->group_of[w] == a->pre_reader[u];
+      if (!host_read && w < a->min_other[u]) a->min_other[u] = w;
+    }
+  }
+  for (int gi = 0; gi < p->num_groups; gi++) {
+    if (!host_ok(g, p, gi)) continue;
+    fuse_group_t *gr = &p->groups[gi];
+    const tpu_node_t *h = tpu_graph_node(g, gr->head);
+    const tpu_node_t *hx = tpu_graph_node(g, h->operands[0]);
+    const fuse_step_t *fs = gr->fused >= 0 ? &p->fused[gr->fused] : NULL;
+    const tpu_value_t *cand = h->operands;
+    int num_cand = 1;
+    if (gr->num_pre > 0) {
+      cand = fs->inputs + fs->f.pre_in;
+      num_cand = fs->f.num_pre_in;
+    }
+    for (int k = 0; k < num_cand; k++) {
+      tpu_value_t c = cand[k];
+      int sg = p->group_of[c];
+      if (sg < 0 || sg == gi || p->groups[sg].root != c || !guest_ok(p, sg) ||
+          !tpu_shape_equal(&tpu_graph_node(g, c)->shape, &hx->shape) ||
+          a->pre_reader[c] != gi || a->min_other[c] <= gr->root) {
+        continue;
+      }
+      bool clean = true; /* the host reads c only whole and row-aligned */
+      for (int i = 0; fs && i < fs->num_inputs; i++) {
+        if (fs->inputs[i] != c && view_base(g, fs->inputs[i]) == c) clean = false;
+      }
+      if (!clean) continue;
+      gr->side = sg;
+      p->groups[sg].attached = gi;
+      break;
+    }
+  }
+}
+
+static void attach_tails(const tpu_graph_t *g, fuse_plan_t *p) {
+  for (int ti = 0; ti < p->num_groups; ti++) {
+    if (!guest_ok(p, ti) || tpu_graph_node(g, p->groups[ti].root)->shape.rank < 1) continue;
+    const tpu_value_t *ins;
+    int nin = guest_inputs(g, p, ti, &ins);
+    int gi = -1;
+    for (int i = 0; i < nin && gi < 0; i++) {
+      const tpu_node_t *n = tpu_graph_node(g, ins[i]);
+      if (n->op != TPU_OP_BROADCAST_IN_DIM) continue;
+      tpu_value_t r = n->operands[0];
+      if (tpu_graph_node(g, r)->op == TPU_OP_RESHAPE) r = tpu_graph_node(g, r)->operands[0];
+      int cg = p->group_of[r];
+      if (cg >= 0 && p->groups[cg].root == r && p->groups[cg].tail < 0 && host_ok(g, p, cg)) gi = cg;
+    }
+    if (gi < 0) continue;
+    const fuse_group_t *gr = &p->groups[gi];
+    const tpu_node_t *hx = tpu_graph_node(g, tpu_graph_node(g, gr->head)->operands[0]);
+    if (!tpu_shape_equal(&tpu_graph_node(g, p->groups[ti].root)->shape, &hx->shape)) continue;
+    tpu_value_t side = gr->side >= 0 ? p->groups[gr->side].root : TPU_NO_VALUE;
+    bool ok = p->groups[ti].root > gr->root;
+    for (int i = 0; i < nin && ok; i++) {
+      tpu_value_t w = ins[i];
+      if (aligned_view(g, w, gr->root, hx->shape.dims[0]) || w == side) continue;
+      /* anything else must exist when the host runs: a value at or before it, or views
+       * (never copies) of one, which the compiler gives their view early */
+      tpu_value_t base = w;
+      while (base > gr->root) {
+        const tpu_node_t *n = tpu_graph_node(g, base);
+        if (n->op != TPU_OP_BROADCAST_IN_DIM && n->op != TPU_OP_TRANSPOSE &&
+            n->op != TPU_OP_SLICE && n->op != TPU_OP_REVERSE) {
+          break;
+        }
+        base = n->operands[0];
+      }
+      int bg = p->group_of[base];
+      ok = base <= gr->root && base != gr->root && view_base(g, base) != side &&
+           !(bg >= 0 && p->groups[bg].attached >= 0);
+    }
+    if (!ok) continue;
+    p->groups[gi].tail = ti;
+    p->groups[ti].attached = gi;
+  }
+}
+
+/* The host's step with its side and tail programs and all inputs in fused_t's order. */
+static bool build_host(const tpu_graph_t *g, fuse_plan_t *p, int gi, int *reg_of, int *cnt,
+                       fuse_step_t *out) {
+  const fuse_group_t *gr = &p->groups[gi];
+  fuse_step_t old;
+  memset(&old, 0, sizeof old);
+  if (gr->fused >= 0) old = p->fused[gr->fused];
+  fuse_step_t *st = out;
+  memset(st, 0, sizeof *st);
+  st->group = gi;
+  st->f = old.f;
+  st->side_root = st->tail_root = TPU_NO_VALUE;
+  fused_t *f = &st->f;
+  f->has_head = true;
+  const tpu_node_t *h = tpu_graph_node(g, gr->head);
+  tpu_value_t side = gr->side >= 0 ? p->groups[gr->side].root : TPU_NO_VALUE;
+  f->head_reads_side = gr->num_pre == 0 && h->operands[0] == side;
+  f->num_head_in = 0;
+  if (gr->num_pre == 0 && !f->head_reads_side) {
+    st->inputs[st->num_inputs++] = h->operands[0];
+    f->num_head_in = 1;
+  }
+  int at = st->num_inputs;
+  f->pre_in = at;
+  for (int i = 0; i < f->num_pre_in; i++) st->inputs[st->num_inputs++] = old.inputs[old.f.pre_in + i];
+  f->post_in = st->num_inputs;
+  for (int i = 0; i < f->num_post_in; i++) st->inputs[st->num_inputs++] = old.inputs[old.f.post_in + i];
+  int guests[2] = {gr->side, gr->tail};
+  for (int k = 0; k < 2; k++) {
+    int ti = guests[k];
+    if (ti < 0) continue;
+    tpu_ew_program_t *prog = k == 0 ? &f->side : &f->tail;
+    const fuse_group_t *tg = &p->groups[ti];
+    const tpu_value_t *ins = NULL;
+    int nin = 0;
+    if (tg->fused >= 0) {
+      *prog = p->fused[tg->fused].f.post;
+      ins = p->fused[tg->fused].inputs;
+      nin = p->fused[tg->fused].num_inputs;
+    } else {
+      prog_build_t b;
+      memset(&b, 0, sizeof b);
+      b.g = g;
+      b.p = p;
+      b.gi = ti;
+      b.role = ROLE_POST;
+      b.bound = TPU_NO_VALUE;
+      b.reg_of = reg_of;
+      b.cnt = cnt;
+      b.prog = prog;
+      if (!build_program(&b, &tg->root, 1)) return false;
+      ins = b.ext;
+      nin = b.num_ext;
+    }
+    if (k == 0) {
+      f->has_side = true;
+      f->side_in = st->num_inputs;
+      f->num_side_in = nin;
+      st->side_root = tg->root;
+    } else {
+      f->has_tail = true;
+      f->tail_in = st->num_inputs;
+      f->num_tail_in = nin;
+      st->tail_root = tg->root;
+    }
+    for (int i = 0; i < nin; i++) st->inputs[st->num_inputs++] = ins[i];
+  }
+  f->num_ops = gr->count + (gr->side >= 0 ? p->groups[gr->side].count : 0) +
+               (gr->tail >= 0 ? p->groups[gr->tail].count : 0);
   return true;
 }
 
@@ -450,13 +689,22 @@ void tpu_fuse_plan_free(fuse_plan_t *plan, tpu_allocator_t host) {
 
 const fuse_step_t *tpu_fuse_step_at(const fuse_plan_t *plan, tpu_value_t v) {
   int gi = plan->group_of ? plan->group_of[v] : -1;
-  if (gi < 0 || plan->groups[gi].fused < 0 || plan->groups[gi].root != v) return NULL;
+  if (gi < 0 || plan->groups[gi].fused < 0 || plan->groups[gi].root != v ||
+      plan->groups[gi].attached >= 0) {
+    return NULL;
+  }
   return &plan->fused[plan->groups[gi].fused];
 }
 
 bool tpu_fuse_internal(const fuse_plan_t *plan, tpu_value_t v) {
   int gi = plan->group_of ? plan->group_of[v] : -1;
-  return gi >= 0 && plan->groups[gi].fused >= 0 && plan->groups[gi].root != v;
+  return gi >= 0 && (plan->groups[gi].fused >= 0 || plan->groups[gi].attached >= 0) &&
+         plan->groups[gi].root != v;
+}
+
+bool tpu_fuse_elsewhere(const fuse_plan_t *plan, tpu_value_t v) {
+  int gi = plan->group_of ? plan->group_of[v] : -1;
+  return gi >= 0 && (plan->groups[gi].attached >= 0 || tpu_fuse_internal(plan, v));
 }
 
 #define ALLOC(ptr, count)                                                                  \
@@ -478,6 +726,8 @@ tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t h
   }
   plan_scratch_t s;
   memset(&s, 0, sizeof s);
+  attach_scratch_t a;
+  memset(&a, 0, sizeof a);
   int *reg_of = NULL, *cnt = NULL, *tmp = NULL, *fill = NULL;
   ALLOC(plan->group_of, n);
   ALLOC(plan->role, n);
@@ -514,11 +764,14 @@ tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t h
       if (gi >= 0) plan->members[plan->groups[gi].first + fill[gi]++] = v;
     }
     /* groups worth a fused step: a head with a program, or two or more elementwise ops */
+    int cap = 0;
     for (int gi = 0; gi < plan->num_groups; gi++) {
       const fuse_group_t *gr = &plan->groups[gi];
-      if (gr->count > 1) plan->num_fused++;
+      if (gr->count > 1 || gr->head != TPU_NO_VALUE) cap++; /* hosts may become fused */
     }
-    ALLOC(plan->fused, plan->num_fused);
+    ALLOC(plan->fused, cap);
+    ALLOC(a.pre_reader, n);
+    ALLOC(a.min_other, n);
   }
   if (st == TPU_OK) {
     int k = 0;
@@ -528,12 +781,40 @@ tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t h
       if (build_group(g, plan, gi, reg_of, cnt, tmp, &plan->fused[k])) gr->fused = k++;
     }
     plan->num_fused = k;
+    /* row-wise fusion: sides, then tails (which may read a side) */
+    attach_sides(g, plan, &a);
+    attach_tails(g, plan);
+    for (int gi = 0; gi < plan->num_groups; gi++) {
+      fuse_group_t *gr = &plan->groups[gi];
+      if (gr->side < 0 && gr->tail < 0) continue;
+      fuse_step_t built;
+      if (build_host(g, plan, gi, reg_of, cnt, &built)) {
+        int slot = gr->fused >= 0 ? gr->fused : plan->num_fused++;
+        plan->fused[slot] = built;
+        gr->fused = slot;
+      } else { /* a guest's program does not fit: undo */
+        if (gr->side >= 0) plan->groups[gr->side].attached = -1;
+        if (gr->tail >= 0) plan->groups[gr->tail].attached = -1;
+        gr->side = gr->tail = -1;
+      }
+    }
     /* which values a step reads (backward: a reader's need is known first) */
     for (int o = 0; o < tpu_graph_num_outputs(g); o++) {
       plan->needed[tpu_graph_output_value(g, o)] = true;
     }
     for (int v = n - 1; v >= 0; v--) {
       if (!plan->needed[v] || tpu_fuse_internal(plan, v)) continue;
+      int gi = plan->group_of[v];
+      if (gi >= 0 && plan->groups[gi].attached >= 0) {
+        /* an attached group's root: its inputs are read by the host (at or before here) */
+        const fuse_group_t *hg = &plan->groups[plan->groups[gi].attached];
+        const fuse_step_t *hs = &plan->fused[hg->fused];
+        bool side = hg->side == gi;
+        int first = side ? hs->f.side_in : hs->f.tail_in;
+        int count = side ? hs->f.num_side_in : hs->f.num_tail_in;
+        for (int i = 0; i < count; i++) plan->needed[hs->inputs[first + i]] = true;
+        continue;
+      }
       const fuse_step_t *fs = tpu_fuse_step_at(plan, v);
       if (fs) {
         for (int i = 0; i < fs->num_inputs; i++) plan->needed[fs->inputs[i]] = true;
@@ -551,6 +832,8 @@ tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t h
   tpu_allocator_free(host, cnt);
   tpu_allocator_free(host, tmp);
   tpu_allocator_free(host, fill);
+  tpu_allocator_free(host, a.pre_reader);
+  tpu_allocator_free(host, a.min_other);
   if (st != TPU_OK) tpu_fuse_plan_free(plan, host);
   return st;
 }

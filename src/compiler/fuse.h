@@ -10,6 +10,9 @@
  * A node joins its users' group only if every user is in that group and it is not an
  * output, so a fused group has one result (its root, the last node) and no intermediate
  * value is needed outside it. Groups are found in one backward sweep: linear time.
+ * Then row-wise fusion attaches to a REDUCE group the elementwise group computing its
+ * operand (side) and one reading its result broadcast over the rows (tail), so softmax and
+ * layer norm run in two kernels, row chunk by row chunk.
  */
 #ifndef TPU_COMPILER_FUSE_H
 #define TPU_COMPILER_FUSE_H
@@ -17,7 +20,7 @@
 #include "compiler/executable.h"
 
 #define FUSE_MAX_HEAD_IN 2
-#define FUSE_MAX_INPUTS (FUSE_MAX_HEAD_IN + 2 * TPU_EW_PROGRAM_MAX_INPUTS)
+#define FUSE_MAX_INPUTS (FUSE_MAX_HEAD_IN + 4 * TPU_EW_PROGRAM_MAX_INPUTS)
 
 typedef struct fuse_group {
   tpu_value_t root;        /* the last node: the group's value, the step's position */
@@ -26,6 +29,8 @@ typedef struct fuse_group {
   int pre_ext, post_ext;   /* upper bounds of each program's external inputs */
   int first, count;        /* members (all roles, node order) in plan->members */
   int fused;               /* index into plan->fused, or -1: runs unfused */
+  int side, tail;          /* groups run inside this one's step (row-wise fusion), or -1 */
+  int attached;            /* the group whose step runs this one, or -1 */
 } fuse_group_t;
 
 typedef struct fuse_step {
@@ -33,6 +38,7 @@ typedef struct fuse_step {
   fused_t f;                             /* programs (inputs and views filled by compile) */
   int num_inputs;
   tpu_value_t inputs[FUSE_MAX_INPUTS];   /* the step's input values, in fused_t's order */
+  tpu_value_t side_root, tail_root;      /* values the step also writes, or TPU_NO_VALUE */
 } fuse_step_t;
 
 typedef struct fuse_plan {
@@ -57,5 +63,8 @@ void tpu_fuse_plan_free(fuse_plan_t *plan, tpu_allocator_t host);
 const fuse_step_t *tpu_fuse_step_at(const fuse_plan_t *plan, tpu_value_t v);
 /* Whether |v| is computed inside a fused step (and has no value of its own). */
 bool tpu_fuse_internal(const fuse_plan_t *plan, tpu_value_t v);
+/* Whether |v| is computed by another group's step (internal, or an attached group's
+ * root, whose value the host step writes). */
+bool tpu_fuse_elsewhere(const fuse_plan_t *plan, tpu_value_t v);
 
 #endif /* TPU_COMPILER_FUSE_H */

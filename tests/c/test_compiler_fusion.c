@@ -107,13 +107,15 @@ TEST(layer_norm_fuses_into_few_kernels) {
       char *t = describe(on);
       if (i == 0) printf("  layer norm [8,64]: %d kernels fused, %d unfused\n%s",
                          tpu_executable_num_kernels(on), tpu_executable_num_kernels(off), t);
-      /* mean (reduce + scale), centred x, variance (square + reduce + scale + eps + rsqrt),
-       * normalize + affine */
-      CHECK(tpu_executable_num_kernels(on) == 4);
+      /* mean (reduce + scale); then per chunk of rows: centred x (side), variance (square +
+       * reduce + scale + eps + rsqrt), normalize + affine (tail) */
+      CHECK(tpu_executable_num_kernels(on) == 2);
       CHECK(tpu_executable_num_kernels(off) >= 12);
-      CHECK_CONTAINS(t, "FUSED(REDUCE,MUL) f32[");
-      CHECK_CONTAINS(t, "FUSED(MUL,REDUCE,MUL,ADD,RSQRT)");
-      CHECK_CONTAINS(t, "FUSED(MUL,MUL,ADD) f32[");
+      CHECK_CONTAINS(t, "0: FUSED(REDUCE,MUL) f32[");
+      CHECK_CONTAINS(t, "1: FUSED(SUB,MUL,REDUCE,MUL,ADD,RSQRT,MUL,MUL,ADD) f32[");
+      CHECK_CONTAINS(t, "-> output 2, side f32[");
+      CHECK_CONTAINS(t, "] -> scratch, tail f32[");
+      CHECK_CONTAINS(t, "] -> output 0\n");
       CHECK(tpu_executable_scratch_bytes(on) < tpu_executable_scratch_bytes(off));
       free_text(t);
     }
@@ -146,8 +148,10 @@ TEST(softmax_fuses) {
     char *t = describe(on);
     printf("  softmax [64,1000]: %d kernels fused, %d unfused\n%s", tpu_executable_num_kernels(on),
            tpu_executable_num_kernels(off), t);
-    CHECK(tpu_executable_num_kernels(on) == 4); /* max, exp(x - max), sum, divide */
+    CHECK(tpu_executable_num_kernels(on) == 2); /* max; exp(x - max), sum, divide by rows */
     CHECK(tpu_executable_num_kernels(off) == 5);
+    CHECK_CONTAINS(t, "1: FUSED(SUB,EXP,REDUCE,DIV) f32[64] -> scratch, side f32[64,1000] -> "
+                      "scratch, tail f32[64,1000] -> output 0");
     free_text(t);
   }
   tpu_executable_release(on);
