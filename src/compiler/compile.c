@@ -254,6 +254,16 @@ static tpu_status_t plan_offsets(compile_state_t *cs, size_t *out_peak, size_t *
   return TPU_OK;
 }
 
+static void free_fused(tpu_allocator_t host, fused_t *f) {
+  if (!f) return;
+  tpu_allocator_free(host, f->ops);
+  tpu_allocator_free(host, f->pre);
+  tpu_allocator_free(host, f->post);
+  tpu_allocator_free(host, f->side);
+  tpu_allocator_free(host, f->tail);
+  tpu_allocator_free(host, f);
+}
+
 /* The view of value |w|, written by the step at position |at| (a fused step's side or tail
  * result): its output buffer if it may be written directly (programs write any strides),
  * else a dense scratch buffer. */
@@ -308,6 +318,13 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
   f->ops = NULL;
   tpu_status_t st = tpu_allocator_calloc(cs->host, (size_t)f->num_ops + 1, sizeof *f->ops,
                                          "compile", (void **)&f->ops);
+  tpu_ew_program_t **progs[4] = {&f->pre, &f->post, &f->side, &f->tail};
+  for (int k = 0; k < 4; k++) {
+    *progs[k] = NULL;
+    if (st != TPU_OK || fs->prog[k] < 0) continue;
+    st = tpu_allocator_calloc(cs->host, 1, sizeof **progs[k], "compile", (void **)progs[k]);
+    if (st == TPU_OK) **progs[k] = cs->plan.progs[fs->prog[k]];
+  }
   if (st == TPU_OK) {
     const fuse_group_t *host = &cs->plan.groups[fs->group];
     int order[3] = {host->side, fs->group, host->tail}, k = 0;
@@ -345,8 +362,7 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
                    fs->num_inputs, NULL);
   }
   if (st != TPU_OK) {
-    tpu_allocator_free(cs->host, f->ops);
-    tpu_allocator_free(cs->host, f);
+    free_fused(cs->host, f);
     return st;
   }
   cs->steps[cs->num_steps - 1].fused = f;
@@ -479,8 +495,7 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
 static void free_steps(tpu_allocator_t host, step_t *steps, int n) {
   for (int i = 0; i < n; i++) {
     tpu_allocator_free(host, steps[i].in);
-    if (steps[i].fused) tpu_allocator_free(host, steps[i].fused->ops);
-    tpu_allocator_free(host, steps[i].fused);
+    free_fused(host, steps[i].fused);
   }
   tpu_allocator_free(host, steps);
 }

@@ -52,7 +52,7 @@ typedef struct fused {
   int post_in, num_post_in;    /* epilogue inputs: in[post_in ...] */
   int side_in, num_side_in;
   int tail_in, num_tail_in;
-  tpu_ew_program_t pre, post, side, tail;
+  tpu_ew_program_t *pre, *post, *side, *tail; /* owned by the step; NULL when absent */
   bool head_reads_side;        /* the REDUCE operand is the side program's result */
   view_t side_out, tail_out;   /* where the side and tail results go (whole tensors) */
   view_t chunk;                /* prologue chunk: the REDUCE operand's dtype, dims[0] = chunk_rows */

@@ -229,7 +229,7 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
                               tpu_pool_t *pool) {
   const fused_t *f = s->fused;
   const tpu_attrs_t *a = &s->attrs;
-  if (!f->has_head) return run_program(&f->post, NULL, in + f->post_in, f->num_post_in, out, pool);
+  if (!f->has_head) return run_program(f->post, NULL, in + f->post_in, f->num_post_in, out, pool);
   if (f->has_pre || f->has_side || f->has_tail) {
     /* chunks of dim-0 slices: side -> prologue -> reduce -> epilogue -> tail, so the rows
      * a chunk computes are read back while they are still in cache */
@@ -246,13 +246,13 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
       if (f->has_side) {
         tpu_buf_t w = rows_of(&side, rows, r0, nr);
         for (int i = 0; i < f->num_side_in; i++) wins[i] = rows_of(&in[f->side_in + i], rows, r0, nr);
-        TPU_RETURN_IF_ERROR(run_program(&f->side, NULL, wins, f->num_side_in, &w, pool));
+        TPU_RETURN_IF_ERROR(run_program(f->side, NULL, wins, f->num_side_in, &w, pool));
       }
       if (f->has_pre) {
         x = chunk;
         x.dims[0] = nr;
         for (int i = 0; i < f->num_pre_in; i++) wins[i] = rows_of(&in[f->pre_in + i], rows, r0, nr);
-        TPU_RETURN_IF_ERROR(run_program(&f->pre, NULL, wins, f->num_pre_in, &x, pool));
+        TPU_RETURN_IF_ERROR(run_program(f->pre, NULL, wins, f->num_pre_in, &x, pool));
       } else {
         x = rows_of(f->head_reads_side ? &side : &in[0], rows, r0, nr);
       }
@@ -260,12 +260,12 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
       TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &x, a->reduce.dims, &o, pool));
       if (f->has_post) {
         for (int i = 0; i < f->num_post_in; i++) wins[i] = rows_of(&in[f->post_in + i], rows, r0, nr);
-        TPU_RETURN_IF_ERROR(run_program(&f->post, &o, wins, f->num_post_in, &o, pool));
+        TPU_RETURN_IF_ERROR(run_program(f->post, &o, wins, f->num_post_in, &o, pool));
       }
       if (f->has_tail) {
         tpu_buf_t w = rows_of(&tail, rows, r0, nr);
         for (int i = 0; i < f->num_tail_in; i++) wins[i] = rows_of(&in[f->tail_in + i], rows, r0, nr);
-        TPU_RETURN_IF_ERROR(run_program(&f->tail, NULL, wins, f->num_tail_in, &w, pool));
+        TPU_RETURN_IF_ERROR(run_program(f->tail, NULL, wins, f->num_tail_in, &w, pool));
       }
     }
     return TPU_OK;
@@ -285,7 +285,7 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
                             tpu_op_name(s->op));
   }
   if (!f->has_post) return TPU_OK;
-  return run_program(&f->post, out, in + f->post_in, f->num_post_in, out, pool);
+  return run_program(f->post, out, in + f->post_in, f->num_post_in, out, pool);
 }
 
 tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *outputs,

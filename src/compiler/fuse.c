@@ -208,6 +208,25 @@ static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s)
 
 /* ---- programs ----------------------------------------------------------------------- */
 
+/* A new program slot in plan->progs (-1 and plan->status set when out of memory). */
+static int new_prog(fuse_plan_t *p) {
+  if (p->num_progs == p->cap_progs) {
+    int cap = p->cap_progs ? p->cap_progs * 2 : 16;
+    tpu_ew_program_t *grown = NULL;
+    tpu_status_t st = tpu_allocator_calloc(p->host, (size_t)cap, sizeof *grown, "fuse",
+                                           (void **)&grown);
+    if (st != TPU_OK) {
+      if (p->status == TPU_OK) p->status = st;
+      return -1;
+    }
+    if (p->num_progs) memcpy(grown, p->progs, sizeof *grown * (size_t)p->num_progs);
+    tpu_allocator_free(p->host, p->progs);
+    p->progs = grown;
+    p->cap_progs = cap;
+  }
+  return p->num_progs++;
+}
+
 typedef struct prog_build {
   const tpu_graph_t *g;
   const fuse_plan_t *p;
@@ -247,12 +266,12 @@ static void release_reads(prog_build_t *b, const tpu_node_t *node, int first_tem
 static bool emit(tpu_ew_program_t *p, tpu_op_t op, int dst, int a, int bb, int c, int aux) {
   if (p->num_instrs >= TPU_EW_PROGRAM_MAX_INSTRS) return false;
   tpu_ew_instr_t *in = &p->instrs[p->num_instrs++];
-  in->op = op;
-  in->dst = dst;
-  in->a = a;
-  in->b = bb;
-  in->c = c;
-  in->aux = aux;
+  in->op = op; /* registers < TPU_EW_PROGRAM_MAX_REGS and aux < 16 fit int8_t */
+  in->dst = (int8_t)dst;
+  in->a = (int8_t)a;
+  in->b = (int8_t)bb;
+  in->c = (int8_t)c;
+  in->aux = (int8_t)aux;
   return true;
 }
 
@@ -383,10 +402,11 @@ static bool build_program(prog_build_t *b, const int *mem, int count) {
 }
 
 /* Builds group |gi|'s programs into |st|; false if they do not fit. */
-static bool build_group(const tpu_graph_t *g, const fuse_plan_t *p, int gi, int *reg_of, int *cnt,
+static bool build_group(const tpu_graph_t *g, fuse_plan_t *p, int gi, int *reg_of, int *cnt,
                         int *tmp, fuse_step_t *st) {
   const fuse_group_t *gr = &p->groups[gi];
   memset(st, 0, sizeof *st);
+  for (int k = 0; k < 4; k++) st->prog[k] = -1;
   fused_t *f = &st->f;
   prog_build_t b;
   memset(&b, 0, sizeof b);
@@ -412,7 +432,10 @@ static bool build_group(const tpu_graph_t *g, const fuse_plan_t *p, int gi, int 
     }
     b.role = ROLE_PRE;
     b.bound = TPU_NO_VALUE;
-    b.prog = &f->pre;
+    int idx = new_prog(p);
+    if (idx < 0) return false;
+    b.prog = &p->progs[idx];
+    st->prog[FUSE_PRE] = idx;
     if (!build_program(&b, tmp, k)) return false;
     f->pre_in = st->num_inputs;
     f->num_pre_in = b.num_ext;
@@ -426,7 +449,10 @@ static bool build_group(const tpu_graph_t *g, const fuse_plan_t *p, int gi, int 
     }
     b.role = ROLE_POST;
     b.bound = gr->head;
-    b.prog = &f->post;
+    int idx = new_prog(p);
+    if (idx < 0) return false;
+    b.prog = &p->progs[idx];
+    st->prog[FUSE_POST] = idx;
     if (!build_program(&b, tmp, k)) return false;
     f->post_in = st->num_inputs;
     f->num_post_in = b.num_ext;
@@ -606,14 +632,17 @@ static void attach_tails(const tpu_graph_t *g, fuse_plan_t *p) {
 /* The host's step with its side and tail programs and all inputs in fused_t's order. */
 static bool build_host(const tpu_graph_t *g, fuse_plan_t *p, int gi, int *reg_of, int *cnt,
                        fuse_step_t *out) {
+  /* |out| may not alias p->fused: the old step is read while the new one is written */
   const fuse_group_t *gr = &p->groups[gi];
   fuse_step_t old;
   memset(&old, 0, sizeof old);
+  for (int k = 0; k < 4; k++) old.prog[k] = -1;
   if (gr->fused >= 0) old = p->fused[gr->fused];
   fuse_step_t *st = out;
   memset(st, 0, sizeof *st);
   st->group = gi;
   st->f = old.f;
+  memcpy(st->prog, old.prog, sizeof st->prog);
   st->side_root = st->tail_root = TPU_NO_VALUE;
   fused_t *f = &st->f;
   f->has_head = true;
@@ -634,15 +663,18 @@ static bool build_host(const tpu_graph_t *g, fuse_plan_t *p, int gi, int *reg_of
   for (int k = 0; k < 2; k++) {
     int ti = guests[k];
     if (ti < 0) continue;
-    tpu_ew_program_t *prog = k == 0 ? &f->side : &f->tail;
     const fuse_group_t *tg = &p->groups[ti];
     const tpu_value_t *ins = NULL;
     int nin = 0;
     if (tg->fused >= 0) {
-      *prog = p->fused[tg->fused].f.post;
+      st->prog[k == 0 ? FUSE_SIDE : FUSE_TAIL] = p->fused[tg->fused].prog[FUSE_POST];
       ins = p->fused[tg->fused].inputs;
       nin = p->fused[tg->fused].num_inputs;
     } else {
+      int idx = new_prog(p);
+      if (idx < 0) return false;
+      st->prog[k == 0 ? FUSE_SIDE : FUSE_TAIL] = idx;
+      tpu_ew_program_t *prog = &p->progs[idx];
       prog_build_t b;
       memset(&b, 0, sizeof b);
       b.g = g;
@@ -684,6 +716,7 @@ void tpu_fuse_plan_free(fuse_plan_t *plan, tpu_allocator_t host) {
   tpu_allocator_free(host, plan->members);
   tpu_allocator_free(host, plan->fused);
   tpu_allocator_free(host, plan->needed);
+  tpu_allocator_free(host, plan->progs);
   memset(plan, 0, sizeof *plan);
 }
 
@@ -716,6 +749,7 @@ bool tpu_fuse_elsewhere(const fuse_plan_t *plan, tpu_value_t v) {
 tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t host,
                            fuse_plan_t *plan) {
   memset(plan, 0, sizeof *plan);
+  plan->host = host;
   int n = plan->n = tpu_graph_num_nodes(g);
   tpu_status_t st = TPU_OK;
   ALLOC(plan->needed, n);
@@ -798,6 +832,9 @@ tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t h
         gr->side = gr->tail = -1;
       }
     }
+    if (plan->status != TPU_OK) st = plan->status;
+  }
+  if (st == TPU_OK) {
     /* which values a step reads (backward: a reader's need is known first) */
     for (int o = 0; o < tpu_graph_num_outputs(g); o++) {
       plan->needed[tpu_graph_output_value(g, o)] = true;

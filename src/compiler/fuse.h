@@ -33,9 +33,12 @@ typedef struct fuse_group {
   int attached;            /* the group whose step runs this one, or -1 */
 } fuse_group_t;
 
+enum { FUSE_PRE, FUSE_POST, FUSE_SIDE, FUSE_TAIL };
+
 typedef struct fuse_step {
   int group;                             /* in plan->groups */
-  fused_t f;                             /* programs (inputs and views filled by compile) */
+  fused_t f;                             /* the step's layout (views filled by compile) */
+  int prog[4];                           /* FUSE_*: index into plan->progs, or -1 */
   int num_inputs;
   tpu_value_t inputs[FUSE_MAX_INPUTS];   /* the step's input values, in fused_t's order */
   tpu_value_t side_root, tail_root;      /* values the step also writes, or TPU_NO_VALUE */
@@ -50,6 +53,10 @@ typedef struct fuse_plan {
   int *members;            /* (n) */
   fuse_step_t *fused;      /* (num_fused) */
   int num_fused;
+  tpu_ew_program_t *progs; /* (num_progs) the programs of the fused steps, grown by doubling */
+  int num_progs, cap_progs;
+  tpu_allocator_t host;
+  tpu_status_t status;     /* first allocation failure while building programs */
   bool *needed;            /* (n) the value is read by a step or is an output */
 } fuse_plan_t;
 

@@ -88,9 +88,9 @@ tpu_status_t tpu_passes_run(const tpu_graph_t *g, uint32_t passes, tpu_allocator
   if (passes & TPU_PASS_DCE) {
     tpu_graph_t *next = NULL;
     tpu_status_t st = pass_dce_run(cur, host, &next, &stats->removed);
-    tpu_graph_destroy(cur);
+    if (st != TPU_OK || next) tpu_graph_destroy(cur);
     if (st != TPU_OK) return st;
-    cur = next;
+    if (next) cur = next;
   }
   stats->nodes_out = tpu_graph_num_nodes(cur);
   *out_graph = cur;

@@ -1,5 +1,7 @@
 /* rewrite.c: the graph rewriter (rewrite.h): a new graph, the source -> new value map, and
  * node copies with remapped operands. */
+#include <stdalign.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "compiler/rewrite.h"
@@ -15,8 +17,19 @@ tpu_status_t tpu_rewriter_init(tpu_rewriter_t *rw, const tpu_graph_t *src, tpu_a
     if (k > max_ops) max_ops = k;
   }
   TPU_RETURN_IF_ERROR(tpu_graph_create(host, &rw->dst));
-  tpu_status_t st = tpu_allocator_calloc(host, (size_t)rw->n + 1, sizeof *rw->map, "passes",
-                                         (void **)&rw->map);
+  /* the new graph has at most about as many nodes: size its node array once (graph.c
+   * grows it by doubling otherwise, copying every node each time) */
+  size_t cap = (size_t)rw->n + 16, bytes;
+  tpu_status_t st = TPU_OK;
+  if (!tpu_size_mul(cap, sizeof(tpu_node_t), &bytes) ||
+      !(rw->dst->nodes = host.alloc(host.self, bytes, alignof(max_align_t)))) {
+    st = tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "passes: out of host memory for %zu nodes", cap);
+  }
+  if (st == TPU_OK) {
+    rw->dst->cap_nodes = (int)cap;
+    st = tpu_allocator_calloc(host, (size_t)rw->n + 1, sizeof *rw->map, "passes",
+                              (void **)&rw->map);
+  }
   if (st == TPU_OK) {
     st = tpu_allocator_calloc(host, (size_t)max_ops, sizeof *rw->ops, "passes",
                               (void **)&rw->ops);

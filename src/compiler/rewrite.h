@@ -61,7 +61,7 @@ tpu_value_t pass_fold_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_valu
  * chains, its constant node; else NULL. */
 const tpu_node_t *pass_splat(const tpu_graph_t *g, tpu_value_t v);
 
-/* pass_dce.c */
+/* pass_dce.c: *out is the graph without dead nodes, or NULL if none is dead. */
 tpu_status_t pass_dce_run(const tpu_graph_t *g, tpu_allocator_t host, tpu_graph_t **out,
                           int *removed);
 

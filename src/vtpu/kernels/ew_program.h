@@ -37,9 +37,9 @@
 
 typedef struct tpu_ew_instr {
   tpu_op_t op;
-  int dst, a, b; /* registers; b is ignored by unary ops */
-  int c;         /* SELECT: the on_false register */
-  int aux;       /* CONVERT: the dtype rounded to; COMPARE: the direction */
+  int8_t dst, a, b; /* registers; b is ignored by unary ops */
+  int8_t c;         /* SELECT: the on_false register */
+  int8_t aux;       /* CONVERT: the dtype rounded to; COMPARE: the direction */
 } tpu_ew_instr_t;
 
 typedef struct tpu_ew_program {
