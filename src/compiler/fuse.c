@@ -666,6 +666,7 @@ static bool build_host(const tpu_graph_t *g, fuse_plan_t *p, int gi, int *reg_of
     const fuse_group_t *tg = &p->groups[ti];
     const tpu_value_t *ins = NULL;
     int nin = 0;
+    prog_build_t b; /* its ext list outlives the branch */
     if (tg->fused >= 0) {
       st->prog[k == 0 ? FUSE_SIDE : FUSE_TAIL] = p->fused[tg->fused].prog[FUSE_POST];
       ins = p->fused[tg->fused].inputs;
@@ -675,7 +676,6 @@ static bool build_host(const tpu_graph_t *g, fuse_plan_t *p, int gi, int *reg_of
       if (idx < 0) return false;
       st->prog[k == 0 ? FUSE_SIDE : FUSE_TAIL] = idx;
       tpu_ew_program_t *prog = &p->progs[idx];
-      prog_build_t b;
       memset(&b, 0, sizeof b);
       b.g = g;
       b.p = p;
