@@ -66,6 +66,7 @@ typedef struct cu_run {
   int num_in, num_out;
   void *in[16], *out[16];
   size_t out_bytes[16];
+  tpu_dtype_t out_dtype[16];
 } cu_run_t;
 
 /* Runs |exe| (compiled from |g|) on inputs made from |seed|; outputs in r (cu_free them). */
@@ -84,6 +85,7 @@ static inline void cu_execute(const tpu_graph_t *g, const tpu_executable_t *exe,
   for (int o = 0; o < r->num_out; o++) {
     const tpu_node_t *n = tpu_graph_node(g, tpu_graph_output_value(g, o));
     r->out_bytes[o] = cu_bytes(n->dtype, &n->shape) - 64;
+    r->out_dtype[o] = n->dtype;
     r->out[o] = aligned_alloc(64, (r->out_bytes[o] + 64 + 63) / 64 * 64);
     memset(r->out[o], 0xAB, r->out_bytes[o]);
   }
@@ -98,10 +100,35 @@ static inline void cu_free(cu_run_t *r) {
   for (int o = 0; o < r->num_out; o++) free(r->out[o]);
 }
 
-/* Number of outputs whose bytes differ between two runs (bitwise comparison). */
+/* Whether element |i| of two float buffers of |dt| is a NaN in both. */
+static inline bool cu_both_nan(const void *a, const void *b, tpu_dtype_t dt, size_t i) {
+  switch (dt) {
+    case TPU_F32: return isnan(((const float *)a)[i]) && isnan(((const float *)b)[i]);
+    case TPU_F64: return isnan(((const double *)a)[i]) && isnan(((const double *)b)[i]);
+    case TPU_BF16:
+      return isnan(tpu_bf16_to_f32(((const uint16_t *)a)[i])) &&
+             isnan(tpu_bf16_to_f32(((const uint16_t *)b)[i]));
+    case TPU_F16:
+      return isnan(tpu_f16_to_f32(((const uint16_t *)a)[i])) &&
+             isnan(tpu_f16_to_f32(((const uint16_t *)b)[i]));
+    default: return false;
+  }
+}
+
+/* Number of outputs that differ between two runs, bit for bit, except that any two NaNs
+ * are equal (the sign and payload of a NaN depend on which instruction made it: x86's
+ * default NaN is negative, some converters make positive ones; PyTorch does not see it). */
 static inline int cu_diff_outputs(const cu_run_t *a, const cu_run_t *b) {
   int bad = 0;
-  for (int o = 0; o < a->num_out; o++) bad += memcmp(a->out[o], b->out[o], a->out_bytes[o]) != 0;
+  for (int o = 0; o < a->num_out; o++) {
+    size_t es = tpu_dtype_size(a->out_dtype[o]), n = es ? a->out_bytes[o] / es : 0;
+    bool differ = false;
+    for (size_t i = 0; i < n && !differ; i++) {
+      differ = memcmp((const char *)a->out[o] + i * es, (const char *)b->out[o] + i * es, es) != 0 &&
+               !cu_both_nan(a->out[o], b->out[o], a->out_dtype[o], i);
+    }
+    bad += differ;
+  }
   return bad;
 }
 

@@ -318,6 +318,75 @@ TEST(random_elementwise_graphs_match_unfused_bitwise) {
   CHECK(fused_steps > 60);
 }
 
+/* Random graphs mixing elementwise ops with row reductions broadcast back over the rows
+ * (the patterns row-wise fusion attaches: sides, prologues, epilogues, tails), several
+ * outputs, sometimes several chunks of rows. */
+static tpu_graph_t *random_rowwise_graph(uint64_t seed, tpu_dtype_t dt, int64_t rows, int64_t cols) {
+  static const tpu_op_t un[] = {TPU_OP_EXP, TPU_OP_TANH, TPU_OP_NEG, TPU_OP_ABS, TPU_OP_RSQRT};
+  static const tpu_op_t bin[] = {TPU_OP_ADD, TPU_OP_SUB, TPU_OP_MUL, TPU_OP_DIV, TPU_OP_MAX};
+  static const tpu_reduce_kind_t kinds[] = {TPU_REDUCE_SUM, TPU_REDUCE_MAX, TPU_REDUCE_MIN};
+  tpu_graph_t *g = ir_graph();
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 3;
+  tpu_shape_t sh = SHAPE(rows, cols), rs = SHAPE(rows), cs = SHAPE(cols);
+  int64_t d0[1] = {0}, d1[1] = {1};
+  bool last[2] = {false, true};
+  tpu_value_t full[64], red[64];
+  int nf = 0, nr = 0;
+  full[nf++] = ir_param(g, dt, sh);
+  full[nf++] = bcast(g, ir_param(g, dt, cs), sh, d1);
+  red[nr++] = ir_param(g, dt, rs);
+  int n_ops = 6 + (int)(cu_rand(&s) % 20);
+  for (int i = 0; i < n_ops && nf < 60 && nr < 60; i++) {
+    uint64_t r = cu_rand(&s);
+    tpu_value_t a = full[nf - 1 - (int)(r % (uint64_t)(nf < 3 ? nf : 3))];
+    tpu_value_t b = full[(r >> 8) % (uint64_t)nf];
+    switch ((r >> 16) % 6) {
+      case 0: full[nf++] = tpu_graph_unary(g, un[(r >> 24) % 5], a); break;
+      case 1: full[nf++] = tpu_graph_binary(g, bin[(r >> 24) % 5], a, b); break;
+      case 2: red[nr++] = tpu_graph_reduce(g, kinds[(r >> 24) % 3], a, last); break;
+      case 3: /* elementwise on a reduced value */
+        red[nr] = tpu_graph_binary(g, bin[(r >> 24) % 5], red[nr - 1], red[(r >> 32) % (uint64_t)nr]);
+        nr++;
+        break;
+      default: /* a reduced value broadcast back over its rows */
+        full[nf++] = tpu_graph_binary(g, bin[(r >> 24) % 5], a, bcast(g, red[nr - 1 - (int)((r >> 32) % (uint64_t)(nr < 2 ? nr : 2))], sh, d0));
+        break;
+    }
+  }
+  CHECK_OK(tpu_graph_output(g, full[nf - 1], NULL));
+  CHECK_OK(tpu_graph_output(g, red[nr - 1], NULL));
+  if (seed % 2) CHECK_OK(tpu_graph_output(g, full[nf / 2], NULL));
+  if (seed % 3 == 0) CHECK_OK(tpu_graph_output(g, red[nr / 2], NULL));
+  return g;
+}
+
+TEST(random_rowwise_graphs_match_unfused_bitwise) {
+  tpu_dtype_t dts[3] = {TPU_F32, TPU_BF16, TPU_F16};
+  int bad = 0, sides = 0, tails = 0;
+  for (uint64_t seed = 1; seed <= 120; seed++) {
+    int64_t rows = seed % 4 == 0 ? 300 : 13, cols = seed % 4 == 0 ? 301 : 37;
+    tpu_graph_t *g = random_rowwise_graph(seed, dts[seed % 3], rows, cols);
+    CHECK(tpu_graph_status(g) == TPU_OK);
+    tpu_executable_t *on = cu_compile(g, 0);
+    if (on) {
+      char *t = describe(on);
+      for (const char *p = t; (p = strstr(p, ", side ")); p++) sides++;
+      for (const char *p = t; (p = strstr(p, ", tail ")); p++) tails++;
+      free_text(t);
+    }
+    tpu_executable_release(on);
+    int d = cu_optimized_vs_plain(g, g_pool);
+    if (d != 0) {
+      fprintf(stderr, "  seed %llu: %d outputs differ\n", (unsigned long long)seed, d);
+      bad++;
+    }
+    tpu_graph_destroy(g);
+  }
+  printf("  random row-wise graphs: %d sides, %d tails attached\n", sides, tails);
+  CHECK(bad == 0);
+  CHECK(sides > 10 && tails > 10);
+}
+
 TEST(disable_fusion_only) {
   tpu_graph_t *g = chain5(TPU_F32, SHAPE(4, 4));
   tpu_executable_t *e = cu_compile(g, TPU_PASS_FUSE);
@@ -365,6 +434,7 @@ int main(void) {
   RUN(compare_select_clamp_convert_fuse);
   RUN(values_used_outside_stay_materialized);
   RUN(random_elementwise_graphs_match_unfused_bitwise);
+  RUN(random_rowwise_graphs_match_unfused_bitwise);
   RUN(disable_fusion_only);
   RUN(memory_planning_reuses_buffers);
   tpu_pool_destroy(g_pool);
