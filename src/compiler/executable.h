@@ -54,6 +54,9 @@ typedef struct fused {
   int tail_in, num_tail_in;
   tpu_ew_program_t *pre, *post, *side, *tail; /* owned by the step; NULL when absent */
   bool head_reads_side;        /* the REDUCE operand is the side program's result */
+  bool head_reshaped;          /* the head writes the out bytes with its own (dense) dims */
+  int head_rank;
+  int64_t head_dims[TPU_MAX_RANK];
   view_t side_out, tail_out;   /* where the side and tail results go (whole tensors) */
   view_t chunk;                /* prologue chunk: the REDUCE operand's dtype, dims[0] = chunk_rows */
   int64_t rows, chunk_rows;    /* the operand's dim 0, and the slices of it per chunk */

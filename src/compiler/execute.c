@@ -230,6 +230,18 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
   const fused_t *f = s->fused;
   const tpu_attrs_t *a = &s->attrs;
   if (!f->has_head) return run_program(f->post, NULL, in + f->post_in, f->num_post_in, out, pool);
+  /* the head's result: out itself, or out's (dense) bytes with the head's dims when the
+   * epilogue reads a reshape of it */
+  tpu_buf_t head_out = *out;
+  if (f->head_reshaped) {
+    head_out.rank = f->head_rank;
+    memcpy(head_out.dims, f->head_dims, sizeof head_out.dims);
+    int64_t st = 1;
+    for (int d = f->head_rank - 1; d >= 0; d--) {
+      head_out.strides[d] = st;
+      st *= f->head_dims[d];
+    }
+  }
   if (f->has_pre || f->has_side || f->has_tail) {
     /* chunks of dim-0 slices: side -> prologue -> reduce -> epilogue -> tail, so the rows
      * a chunk computes are read back while they are still in cache */
@@ -256,9 +268,10 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
       } else {
         x = rows_of(f->head_reads_side ? &side : &in[0], rows, r0, nr);
       }
-      tpu_buf_t o = split ? rows_of(out, rows, r0, nr) : *out;
-      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &x, a->reduce.dims, &o, pool));
+      tpu_buf_t ho = split ? rows_of(&head_out, rows, r0, nr) : head_out;
+      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &x, a->reduce.dims, &ho, pool));
       if (f->has_post) {
+        tpu_buf_t o = split ? rows_of(out, rows, r0, nr) : *out;
         for (int i = 0; i < f->num_post_in; i++) wins[i] = rows_of(&in[f->post_in + i], rows, r0, nr);
         TPU_RETURN_IF_ERROR(run_program(f->post, &o, wins, f->num_post_in, &o, pool));
       }
@@ -272,13 +285,13 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
   }
   switch (s->op) {
     case TPU_OP_REDUCE:
-      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &in[0], a->reduce.dims, out, pool));
+      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &in[0], a->reduce.dims, &head_out, pool));
       break;
     case TPU_OP_DOT_GENERAL:
-      TPU_RETURN_IF_ERROR(tpu_kernel_dot_general(&a->dot, &in[0], &in[1], out, pool));
+      TPU_RETURN_IF_ERROR(tpu_kernel_dot_general(&a->dot, &in[0], &in[1], &head_out, pool));
       break;
     case TPU_OP_CONVOLUTION:
-      TPU_RETURN_IF_ERROR(tpu_kernel_convolution(&a->conv, &in[0], &in[1], out, pool));
+      TPU_RETURN_IF_ERROR(tpu_kernel_convolution(&a->conv, &in[0], &in[1], &head_out, pool));
       break;
     default:
       return tpu_status_set(TPU_ERR_INTERNAL, "fused step: %s cannot head a fusion",

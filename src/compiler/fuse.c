@@ -15,7 +15,9 @@
 #include "compiler/fuse.h"
 #include "compiler/rewrite.h"
 
-enum fuse_role { ROLE_NONE, ROLE_PRE, ROLE_HEAD, ROLE_POST };
+/* RESHAPE: a reshape of the head's result (reductions with keepdim) the epilogue reads;
+ * it is no instruction, the head writes the same bytes with its own dims. */
+enum fuse_role { ROLE_NONE, ROLE_PRE, ROLE_HEAD, ROLE_POST, ROLE_RESHAPE };
 
 #define FUSE_MAX_MEMBERS 28 /* per program: at most 2 instructions each, 64 in all */
 
@@ -55,6 +57,8 @@ static bool ew_fusible(const tpu_graph_t *g, const tpu_node_t *n) {
       return f32ish(n->dtype) && f32ish(dtype_of(g, o[0]));
     case TPU_OP_COMPARE:
       return f32ish(dtype_of(g, o[0])) && f32ish(dtype_of(g, o[1]));
+    case TPU_OP_IS_FINITE: /* a predicate, like COMPARE */
+      return f32ish(dtype_of(g, o[0]));
     case TPU_OP_SELECT:
       return f32ish(n->dtype) && dtype_of(g, o[0]) == TPU_BOOL && f32ish(dtype_of(g, o[1])) &&
              f32ish(dtype_of(g, o[2]));
@@ -136,6 +140,8 @@ static int new_group(fuse_plan_t *p, tpu_value_t v, tpu_value_t head) {
   memset(gr, 0, sizeof *gr);
   gr->root = v;
   gr->head = head;
+  gr->head_out = head;
+  gr->reshape = TPU_NO_VALUE;
   gr->fused = -1;
   gr->side = gr->tail = gr->attached = -1;
   return gi;
@@ -174,11 +180,30 @@ static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s)
           gr->pre_ext = pre_ext;
         }
       } else if (head && post_users && gr->head == TPU_NO_VALUE &&
-                 tpu_shape_equal(&node->shape, &root->shape) &&
+                 (tpu_shape_equal(&node->shape, &root->shape) ||
+                  (gr->reshape != TPU_NO_VALUE &&
+                   tpu_graph_node(g, gr->reshape)->operands[0] == v)) &&
                  gr->post_ext + 1 - s->uses[v] <= TPU_EW_PROGRAM_MAX_INPUTS) {
         gi = ug;
         role = ROLE_HEAD;
         gr->head = v;
+        gr->head_out = gr->reshape != TPU_NO_VALUE ? gr->reshape : v;
+        gr->post_ext += 1 - s->uses[v];
+      }
+    }
+    if (node->op == TPU_OP_RESHAPE && ug >= 0 && !s->is_out[v] && s->user_role[v] == 1) {
+      /* keepdim: reduce -> reshape -> epilogue; the reshape joins if its operand may head */
+      fuse_group_t *gr = &p->groups[ug];
+      const tpu_node_t *x = tpu_graph_node(g, node->operands[0]);
+      const tpu_node_t *root = tpu_graph_node(g, gr->root);
+      bool rows_kept = x->shape.rank == 0 ||
+                       (node->shape.rank >= 1 && node->shape.dims[0] == x->shape.dims[0]);
+      if (gr->head == TPU_NO_VALUE && gr->reshape == TPU_NO_VALUE && head_fusible(g, x) &&
+          rows_kept && tpu_shape_equal(&node->shape, &root->shape) &&
+          gr->post_ext + 1 - s->uses[v] <= TPU_EW_PROGRAM_MAX_INPUTS) {
+        gi = ug;
+        role = ROLE_RESHAPE;
+        gr->reshape = v;
         gr->post_ext += 1 - s->uses[v];
       }
     }
@@ -201,7 +226,7 @@ static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s)
       }
       if (s->user_group[u] == -1) s->user_group[u] = gi;
       else if (s->user_group[u] != gi) s->user_group[u] = -2;
-      s->user_role[u] |= role == ROLE_POST ? 1 : 2;
+      s->user_role[u] |= (role == ROLE_POST || role == ROLE_RESHAPE) ? 1 : 2;
     }
   }
 }
@@ -342,7 +367,7 @@ static bool build_program(prog_build_t *b, const int *mem, int count) {
     int r[3] = {0, 0, 0};
     for (int i = 0; i < node->num_operands && i < 3; i++) r[i] = b->reg_of[node->operands[i]];
     int dst = -1;
-    bool round = node->dtype != TPU_F32 && m != result;
+    bool round = (node->dtype == TPU_BF16 || node->dtype == TPU_F16) && m != result;
     if (node->op == TPU_OP_CONVERT) {
       tpu_dtype_t from = dtype_of(g, node->operands[0]);
       if (node->dtype == TPU_F32 || node->dtype == from) { /* exact: same register */
@@ -418,6 +443,12 @@ static bool build_group(const tpu_graph_t *g, fuse_plan_t *p, int gi, int *reg_o
   f->has_head = gr->head != TPU_NO_VALUE;
   f->has_pre = gr->num_pre > 0;
   f->has_post = gr->num_post > 0;
+  if (f->has_head && gr->head_out != gr->head) {
+    const tpu_node_t *h = tpu_graph_node(g, gr->head);
+    f->head_reshaped = true;
+    f->head_rank = h->shape.rank;
+    memcpy(f->head_dims, h->shape.dims, sizeof f->head_dims);
+  }
   if (f->has_head && !f->has_pre) {
     const tpu_node_t *h = tpu_graph_node(g, gr->head);
     if (h->num_operands > FUSE_MAX_HEAD_IN) return false;
@@ -448,7 +479,7 @@ static bool build_group(const tpu_graph_t *g, fuse_plan_t *p, int gi, int *reg_o
       if (p->role[m] == ROLE_POST) tmp[k++] = m;
     }
     b.role = ROLE_POST;
-    b.bound = gr->head;
+    b.bound = gr->head_out;
     int idx = new_prog(p);
     if (idx < 0) return false;
     b.prog = &p->progs[idx];
@@ -784,6 +815,15 @@ tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t h
     }
     for (int o = 0; o < tpu_graph_num_outputs(g); o++) s.is_out[tpu_graph_output_value(g, o)] = true;
     plan_groups(g, plan, &s);
+    /* a reshape whose head did not join stays a plain view */
+    for (int gi = 0; gi < plan->num_groups; gi++) {
+      fuse_group_t *gr = &plan->groups[gi];
+      if (gr->reshape != TPU_NO_VALUE && gr->head_out != gr->reshape) {
+        plan->group_of[gr->reshape] = -1;
+        plan->role[gr->reshape] = ROLE_NONE;
+        gr->reshape = TPU_NO_VALUE;
+      }
+    }
     /* members of each group in node order (a counting sort) */
     for (int v = 0; v < n; v++) {
       if (plan->group_of[v] >= 0) plan->groups[plan->group_of[v]].count++;

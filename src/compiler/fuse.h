@@ -25,6 +25,8 @@
 typedef struct fuse_group {
   tpu_value_t root;        /* the last node: the group's value, the step's position */
   tpu_value_t head;        /* REDUCE / DOT_GENERAL / CONVOLUTION, or TPU_NO_VALUE */
+  tpu_value_t head_out;    /* what the epilogue reads: the head, or a reshape of it (keepdim) */
+  tpu_value_t reshape;     /* a reshape member waiting for its head to join, or none */
   int num_pre, num_post;   /* members by role (the head not counted) */
   int pre_ext, post_ext;   /* upper bounds of each program's external inputs */
   int first, count;        /* members (all roles, node order) in plan->members */

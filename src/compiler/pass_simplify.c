@@ -7,6 +7,7 @@
  *   transpose(transpose(x))                     -> one transpose, or x if the identity
  *   reshape(reshape(x)), reshape to x's shape   -> one reshape, or x
  *   broadcast_in_dim(broadcast_in_dim(x))       -> one broadcast; identity broadcast -> x
+ *   broadcast_in_dim(convert(x)), float dtypes  -> convert(broadcast_in_dim(x)) (fusable)
  *   x * 1, 1 * x, x / 1                         -> x
  *   x - 0, x + -0.0, -0.0 + x (ints: x + 0, 0 + x) -> x   (float x + 0.0 is not: -0 + 0 = 0)
  *   neg(neg(x))                                 -> x
@@ -116,6 +117,19 @@ tpu_value_t pass_simplify_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_
       if (tpu_shape_equal(&x->shape, &node->shape) &&
           identity_perm(node->attrs.broadcast.dims, x->shape.rank)) {
         return ops[0];
+      }
+      if (x->op == TPU_OP_CONVERT && tpu_dtype_is_float(x->dtype) &&
+          tpu_dtype_is_float(tpu_graph_node(g, x->operands[0])->dtype)) {
+        /* broadcast(convert(v)) -> convert(broadcast(v)): the convert becomes elementwise
+         * on the broadcast shape, where fusion folds it into its consumer */
+        tpu_value_t v = x->operands[0];
+        tpu_node_t b = *node;
+        b.dtype = tpu_graph_node(g, v)->dtype;
+        tpu_value_t bv = pass_emit(c, &b, &v);
+        if (bv == TPU_NO_VALUE) return TPU_NO_VALUE;
+        tpu_node_t cv = *x;
+        cv.shape = node->shape;
+        return pass_emit(c, &cv, &bv);
       }
       if (x->op != TPU_OP_BROADCAST_IN_DIM) return TPU_NO_VALUE;
       tpu_value_t inner = x->operands[0];

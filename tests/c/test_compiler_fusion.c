@@ -387,6 +387,82 @@ TEST(random_rowwise_graphs_match_unfused_bitwise) {
   CHECK(sides > 10 && tails > 10);
 }
 
+/* The graphs the eager bridge lowers (torchtpu/csrc/lower_nn.cpp): reductions with keepdim
+ * reshapes, softmax's guard against infinite maxima, f32 statistics of bf16 tensors. */
+static tpu_value_t reduce_keep(tpu_graph_t *g, tpu_reduce_kind_t k, tpu_value_t x) {
+  bool last[2] = {false, true};
+  const tpu_node_t *n = tpu_graph_node(g, x);
+  tpu_shape_t kept = n->shape;
+  kept.dims[1] = 1;
+  return tpu_graph_reshape(g, tpu_graph_reduce(g, k, x, last), &kept);
+}
+
+static tpu_value_t bcast_keep(tpu_graph_t *g, tpu_value_t v, tpu_shape_t s) {
+  int64_t d[2] = {0, 1};
+  return tpu_graph_broadcast_in_dim(g, v, &s, d);
+}
+
+TEST(eager_lowerings_fuse) {
+  tpu_dtype_t dts[2] = {TPU_F32, TPU_BF16};
+  for (int k = 0; k < 2; k++) {
+    /* softmax */
+    tpu_graph_t *g = ir_graph();
+    tpu_shape_t s = SHAPE(300, 301), st = SHAPE(300, 1);
+    tpu_value_t x = tpu_graph_convert(g, ir_param(g, dts[k], s), TPU_F32);
+    tpu_value_t m = reduce_keep(g, TPU_REDUCE_MAX, x);
+    m = tpu_graph_select(g, tpu_graph_unary(g, TPU_OP_IS_FINITE, m), m,
+                         tpu_graph_constant(g, TPU_F32, &st, 0.0));
+    tpu_value_t e = tpu_graph_unary(g, TPU_OP_EXP, tpu_graph_binary(g, TPU_OP_SUB, x, bcast_keep(g, m, s)));
+    tpu_value_t y = tpu_graph_binary(g, TPU_OP_DIV, e, bcast_keep(g, reduce_keep(g, TPU_REDUCE_SUM, e), s));
+    CHECK_OK(tpu_graph_output(g, tpu_graph_convert(g, y, dts[k]), NULL));
+    tpu_executable_t *on = cu_compile(g, 0);
+    if (on) {
+      char *t = describe(on);
+      if (k == 1) printf("  eager softmax (bf16 [300,301]):\n%s", t);
+      CHECK(tpu_executable_num_kernels(on) == 2);
+      CHECK_CONTAINS(t, "REDUCE,RESHAPE,IS_FINITE,SELECT) f32[300,1] -> scratch");
+      CHECK_CONTAINS(t, "1: FUSED(SUB,EXP,REDUCE,DIV");
+      free_text(t);
+    }
+    tpu_executable_release(on);
+    CHECK(cu_optimized_vs_plain(g, g_pool) == 0);
+    tpu_graph_destroy(g);
+    /* native_layer_norm: (y, mean, rstd) */
+    g = ir_graph();
+    tpu_shape_t cs = SHAPE(301);
+    x = tpu_graph_convert(g, ir_param(g, dts[k], s), TPU_F32);
+    tpu_value_t w = tpu_graph_convert(g, ir_param(g, dts[k], cs), TPU_F32);
+    tpu_value_t b = tpu_graph_convert(g, ir_param(g, dts[k], cs), TPU_F32);
+    tpu_value_t n = tpu_graph_constant(g, TPU_F32, &st, 301.0);
+    tpu_value_t mean = tpu_graph_binary(g, TPU_OP_DIV, reduce_keep(g, TPU_REDUCE_SUM, x), n);
+    tpu_value_t xc = tpu_graph_binary(g, TPU_OP_SUB, x, bcast_keep(g, mean, s));
+    tpu_value_t var = tpu_graph_binary(g, TPU_OP_DIV, reduce_keep(g, TPU_REDUCE_SUM, tpu_graph_binary(g, TPU_OP_MUL, xc, xc)), n);
+    tpu_value_t rstd = tpu_graph_unary(g, TPU_OP_RSQRT, tpu_graph_binary(g, TPU_OP_ADD, var, tpu_graph_constant(g, TPU_F32, &st, 1e-5)));
+    int64_t d1[1] = {1};
+    y = tpu_graph_binary(g, TPU_OP_MUL, xc, bcast_keep(g, rstd, s));
+    y = tpu_graph_binary(g, TPU_OP_MUL, y, bcast(g, w, s, d1));
+    y = tpu_graph_binary(g, TPU_OP_ADD, y, bcast(g, b, s, d1));
+    tpu_shape_t ms = SHAPE(300, 1);
+    CHECK_OK(tpu_graph_output(g, tpu_graph_convert(g, y, dts[k]), NULL));
+    CHECK_OK(tpu_graph_output(g, tpu_graph_reshape(g, mean, &ms), NULL));
+    CHECK_OK(tpu_graph_output(g, tpu_graph_reshape(g, rstd, &ms), NULL));
+    on = cu_compile(g, 0);
+    if (on) {
+      char *t = describe(on);
+      if (k == 1) printf("  eager layer norm (bf16 [300,301]):\n%s", t);
+      CHECK(tpu_executable_num_fused(on) == 2);
+      CHECK(tpu_executable_num_kernels(on) == 2);
+      CHECK_CONTAINS(t, "REDUCE,RESHAPE,DIV) f32[300,1] -> output 1");
+      CHECK_CONTAINS(t, "1: FUSED(SUB,MUL,REDUCE,RESHAPE,DIV,ADD,RSQRT,MUL,");
+      CHECK_CONTAINS(t, "tail " );
+      free_text(t);
+    }
+    tpu_executable_release(on);
+    CHECK(cu_optimized_vs_plain(g, g_pool) == 0);
+    tpu_graph_destroy(g);
+  }
+}
+
 TEST(disable_fusion_only) {
   tpu_graph_t *g = chain5(TPU_F32, SHAPE(4, 4));
   tpu_executable_t *e = cu_compile(g, TPU_PASS_FUSE);
@@ -435,6 +511,7 @@ int main(void) {
   RUN(values_used_outside_stay_materialized);
   RUN(random_elementwise_graphs_match_unfused_bitwise);
   RUN(random_rowwise_graphs_match_unfused_bitwise);
+  RUN(eager_lowerings_fuse);
   RUN(disable_fusion_only);
   RUN(memory_planning_reuses_buffers);
   tpu_pool_destroy(g_pool);

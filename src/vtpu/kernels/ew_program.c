@@ -8,6 +8,8 @@
  */
 #include "vtpu/kernels/ew_program.h"
 
+#include <math.h>
+
 #include "vtpu/kernels/ew.h"
 
 #define KERNEL "kernel_ew_program"
@@ -23,7 +25,8 @@ typedef struct program_ctx {
 
 /* The instructions the vector compute functions do not cover (see ew_program.h). */
 static bool special_op(tpu_op_t op) {
-  return op == TPU_OP_CONVERT || op == TPU_OP_COMPARE || op == TPU_OP_SELECT;
+  return op == TPU_OP_CONVERT || op == TPU_OP_COMPARE || op == TPU_OP_SELECT ||
+         op == TPU_OP_IS_FINITE;
 }
 
 static void special_compute(const tpu_ew_instr_t *in, const float *const *val,
@@ -37,6 +40,9 @@ static void special_compute(const tpu_ew_instr_t *in, const float *const *val,
       } else {
         for (int64_t i = 0; i < m; i++) dst[i] = tpu_f16_to_f32(tpu_f32_to_f16(a[i * sa]));
       }
+      return;
+    case TPU_OP_IS_FINITE:
+      for (int64_t i = 0; i < m; i++) dst[i] = isfinite(a[i * sa]) ? 1.0f : 0.0f;
       return;
     case TPU_OP_COMPARE: {
       const float *b = val[in->b];
@@ -111,7 +117,7 @@ static void program_loop(void *arg, char *const *ptrs, const int64_t *strides, i
       }
       if (special_op(in->op)) {
         int64_t st = step[in->a];
-        if (in->op != TPU_OP_CONVERT) st |= step[in->b];
+        if (in->op == TPU_OP_COMPARE || in->op == TPU_OP_SELECT) st |= step[in->b];
         if (in->op == TPU_OP_SELECT) st |= step[in->c];
         if (j == c->last && out_direct && st) dst = (float *)(void *)(ptrs[0] + i * 4);
         special_compute(in, val, step, dst, st ? m : 1);
@@ -180,6 +186,7 @@ tpu_status_t tpu_ew_program_check(const tpu_ew_program_t *p) {
               (binary && tpu_ew_binary_supported(in->op, TPU_F32)) ||
               (in->op == TPU_OP_CONVERT && (in->aux == TPU_BF16 || in->aux == TPU_F16)) ||
               (in->op == TPU_OP_COMPARE && in->aux >= TPU_CMP_EQ && in->aux <= TPU_CMP_GE) ||
+              in->op == TPU_OP_IS_FINITE ||
               in->op == TPU_OP_SELECT;
     bool ternary = in->op == TPU_OP_SELECT;
     if (!ok) {

@@ -16,14 +16,15 @@
  *                         {TPU_OP_ERF, 4, 4, 0}, {TPU_OP_ADD, 4, 4, 2},
  *                         {TPU_OP_MUL, 4, 4, 0}, {TPU_OP_MUL, 4, 4, 3}}, .result = 4};
  *
- * Ops: the UNARY and BINARY float ops of ew_scalar.h (BITCAST_CONVERT, IS_FINITE, NOT and
- * the integer-only ops are not allowed), computed exactly as tpu_kernel_unary /
+ * Ops: the UNARY and BINARY float ops of ew_scalar.h (BITCAST_CONVERT, NOT and the
+ * integer-only ops are not allowed), computed exactly as tpu_kernel_unary /
  * tpu_kernel_binary compute them on f32 (SIMD loops where vec.h has them), and three
  * more, so that the compiler can fuse what PyTorch programs are made of bit for bit:
  *   CONVERT  aux = TPU_BF16 or TPU_F16: rounds a to that dtype (nearest even) and widens it
  *            back, the rounding an unfused bf16/f16 intermediate goes through;
  *   COMPARE  aux = a tpu_compare_dir_t: 1.0 where compare(a, b) holds, else 0.0;
- *   SELECT   a != 0 ? b : c (a predicate register, i.e. a COMPARE result or a bool input).
+ *   SELECT   a != 0 ? b : c (a predicate register, i.e. a COMPARE result or a bool input);
+ *   IS_FINITE 1.0 where a is finite, else 0.0 (a predicate).
  * Inputs may also be bool tensors (loaded as 0.0 / 1.0) for SELECT predicates.
  */
 #ifndef TPU_VTPU_KERNELS_EW_PROGRAM_H
