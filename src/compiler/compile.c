@@ -264,16 +264,35 @@ static void free_fused(tpu_allocator_t host, fused_t *f) {
   tpu_allocator_free(host, f);
 }
 
+/* Slices of dim 0 per chunk of a REDUCE head's row-wise loop (operand |x|): whole rows
+ * adding up to about FUSE_CHUNK_ELEMS elements when dim 0 is kept, else all of them. */
+static int64_t chunk_rows_of(const tpu_node_t *head, const tpu_node_t *x) {
+  int64_t numel = 1, rows = x->shape.dims[0];
+  tpu_shape_numel(&x->shape, &numel);
+  if (head->attrs.reduce.dims[0] || rows <= 0) return rows;
+  int64_t row = numel / rows;
+  int64_t k = row >= FUSE_CHUNK_ELEMS ? 1 : FUSE_CHUNK_ELEMS / row;
+  return k > rows ? rows : k;
+}
+
 /* The view of value |w|, written by the step at position |at| (a fused step's side or tail
  * result): its output buffer if it may be written directly (programs write any strides),
- * else a dense scratch buffer. */
-static tpu_status_t assign_written_view(compile_state_t *cs, tpu_value_t w, int at, int *direct) {
+ * else a dense scratch buffer; |chunk_rows| > 0: a private side result, one chunk of rows. */
+static tpu_status_t assign_written_view(compile_state_t *cs, tpu_value_t w, int at, int *direct,
+                                        int64_t chunk_rows) {
   const tpu_node_t *node = tpu_graph_node(cs->g, w);
   value_info_t *info = &cs->values[w];
   int o = direct[w];
   int64_t ostrides[TPU_MAX_RANK];
   info->buffer = -1;
-  if (o >= 0) {
+  if (chunk_rows > 0) {
+    tpu_shape_t cshape = node->shape;
+    cshape.dims[0] = chunk_rows;
+    int b = -1;
+    TPU_RETURN_IF_ERROR(new_buffer_of(cs, node->dtype, &cshape, at, &b));
+    info->view = make_view(BASE_SCRATCH, b, node->dtype, &cshape, NULL);
+    info->buffer = b;
+  } else if (o >= 0) {
     bool ostrided = tpu_graph_output_strides(cs->g, o, ostrides);
     info->view = make_view(BASE_OUTPUT, o, node->dtype, &node->shape, ostrided ? ostrides : NULL);
   } else {
@@ -342,20 +361,19 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
     /* chunks: whole slices of dim 0 when dim 0 is kept, else everything; the prologue
      * writes each chunk of the reduced operand to a small scratch buffer */
     const tpu_node_t *x = tpu_graph_node(g, head->operands[0]);
-    int64_t numel = 1;
-    tpu_shape_numel(&x->shape, &numel);
     f->rows = x->shape.dims[0];
-    f->chunk_rows = f->rows;
-    if (!head->attrs.reduce.dims[0]) {
-      int64_t row = numel / f->rows;
-      f->chunk_rows = row >= FUSE_CHUNK_ELEMS ? 1 : FUSE_CHUNK_ELEMS / row;
-      if (f->chunk_rows > f->rows) f->chunk_rows = f->rows;
-    }
+    f->chunk_rows = chunk_rows_of(head, x);
     tpu_shape_t cshape = x->shape;
     cshape.dims[0] = f->chunk_rows;
     int b = -1;
     if (f->has_pre) st = new_buffer_of(cs, x->dtype, &cshape, v, &b);
     if (st == TPU_OK && f->has_pre) f->chunk = make_view(BASE_SCRATCH, b, x->dtype, &cshape, NULL);
+  }
+  if (st == TPU_OK && fs->side_private) {
+    f->side_private = true;
+    for (int i = 0; i < fs->num_inputs && i < 64; i++) {
+      if (fs->inputs[i] == fs->side_root) f->chunk_inputs |= 1ull << i;
+    }
   }
   if (st == TPU_OK) {
     st = push_step(cs, STEP_FUSED, head ? head : root, v, &cs->values[v].view, fs->inputs,
@@ -437,7 +455,12 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
     const tpu_node_t *head =
         fs && fs->f.has_head ? tpu_graph_node(g, plan->groups[fs->group].head) : NULL;
     if (fs && fs->side_root != TPU_NO_VALUE) {
-      st = assign_written_view(cs, fs->side_root, v, direct);
+      int64_t private_rows = 0;
+      if (fs->side_private) {
+        private_rows = chunk_rows_of(head, tpu_graph_node(g, head->operands[0]));
+        direct[fs->side_root] = -1;
+      }
+      st = assign_written_view(cs, fs->side_root, v, direct, private_rows);
       if (st != TPU_OK) break;
     }
     int o = direct[v];
@@ -456,7 +479,7 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
     }
     info->has_view = true;
     if (fs && fs->tail_root != TPU_NO_VALUE) {
-      st = assign_written_view(cs, fs->tail_root, v, direct);
+      st = assign_written_view(cs, fs->tail_root, v, direct, 0);
       /* the tail reads this step's result through broadcasts that come later in the graph */
       for (int i = 0; st == TPU_OK && i < fs->f.num_tail_in; i++) {
         st = ensure_view(cs, fs->inputs[fs->f.tail_in + i], 0);

@@ -58,6 +58,8 @@ typedef struct fused {
   int head_rank;
   int64_t head_dims[TPU_MAX_RANK];
   view_t side_out, tail_out;   /* where the side and tail results go (whole tensors) */
+  bool side_private;           /* no one else reads the side result: side_out is one chunk */
+  uint64_t chunk_inputs;       /* bit i: input i is the private side result (one chunk) */
   view_t chunk;                /* prologue chunk: the REDUCE operand's dtype, dims[0] = chunk_rows */
   int64_t rows, chunk_rows;    /* the operand's dim 0, and the slices of it per chunk */
   int num_ops;

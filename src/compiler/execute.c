@@ -224,6 +224,13 @@ static tpu_buf_t rows_of(const tpu_buf_t *b, int64_t rows, int64_t r0, int64_t n
   return w;
 }
 
+/* The first |nr| slices of dim 0 of |b| (a chunk-sized buffer). */
+static tpu_buf_t first_rows(const tpu_buf_t *b, int64_t nr) {
+  tpu_buf_t w = *b;
+  w.dims[0] = nr;
+  return w;
+}
+
 static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *out,
                               void *const *inputs, void *const *outputs, void *scratch,
                               tpu_pool_t *pool) {
@@ -254,19 +261,24 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
     tpu_buf_t wins[TPU_EW_PROGRAM_MAX_INPUTS];
     for (int64_t r0 = 0; r0 < rows; r0 += f->chunk_rows) {
       int64_t nr = rows - r0 < f->chunk_rows ? rows - r0 : f->chunk_rows;
-      tpu_buf_t x;
+      tpu_buf_t x, w;
+      /* chunk r0 of input i: a private side result holds only the current chunk */
+#define CHUNK_OF(i) (((f->chunk_inputs >> (i)) & 1) ? first_rows(&in[i], nr) \
+                                                    : rows_of(&in[i], rows, r0, nr))
       if (f->has_side) {
-        tpu_buf_t w = rows_of(&side, rows, r0, nr);
-        for (int i = 0; i < f->num_side_in; i++) wins[i] = rows_of(&in[f->side_in + i], rows, r0, nr);
+        w = f->side_private ? first_rows(&side, nr) : rows_of(&side, rows, r0, nr);
+        for (int i = 0; i < f->num_side_in; i++) wins[i] = CHUNK_OF(f->side_in + i);
         TPU_RETURN_IF_ERROR(run_program(f->side, NULL, wins, f->num_side_in, &w, pool));
       }
       if (f->has_pre) {
         x = chunk;
         x.dims[0] = nr;
-        for (int i = 0; i < f->num_pre_in; i++) wins[i] = rows_of(&in[f->pre_in + i], rows, r0, nr);
+        for (int i = 0; i < f->num_pre_in; i++) wins[i] = CHUNK_OF(f->pre_in + i);
         TPU_RETURN_IF_ERROR(run_program(f->pre, NULL, wins, f->num_pre_in, &x, pool));
+      } else if (f->head_reads_side) {
+        x = w;
       } else {
-        x = rows_of(f->head_reads_side ? &side : &in[0], rows, r0, nr);
+        x = CHUNK_OF(0);
       }
       tpu_buf_t ho = split ? rows_of(&head_out, rows, r0, nr) : head_out;
       TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &x, a->reduce.dims, &ho, pool));
@@ -276,10 +288,11 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
         TPU_RETURN_IF_ERROR(run_program(f->post, &o, wins, f->num_post_in, &o, pool));
       }
       if (f->has_tail) {
-        tpu_buf_t w = rows_of(&tail, rows, r0, nr);
-        for (int i = 0; i < f->num_tail_in; i++) wins[i] = rows_of(&in[f->tail_in + i], rows, r0, nr);
-        TPU_RETURN_IF_ERROR(run_program(f->tail, NULL, wins, f->num_tail_in, &w, pool));
+        tpu_buf_t t = rows_of(&tail, rows, r0, nr);
+        for (int i = 0; i < f->num_tail_in; i++) wins[i] = CHUNK_OF(f->tail_in + i);
+        TPU_RETURN_IF_ERROR(run_program(f->tail, NULL, wins, f->num_tail_in, &t, pool));
       }
+#undef CHUNK_OF
     }
     return TPU_OK;
   }

@@ -875,6 +875,29 @@ tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t h
     if (plan->status != TPU_OK) st = plan->status;
   }
   if (st == TPU_OK) {
+    /* a side result only its host reads (its reduction, prologue and tail) lives in one
+     * chunk instead of a whole tensor */
+    for (int k = 0; k < plan->num_fused; k++) {
+      fuse_step_t *fs = &plan->fused[k];
+      fs->side_private = fs->side_root != TPU_NO_VALUE && !s.is_out[fs->side_root];
+    }
+    for (int w = 0; w < n; w++) {
+      const tpu_node_t *node = tpu_graph_node(g, w);
+      for (int i = 0; i < node->num_operands; i++) {
+        tpu_value_t u = node->operands[i];
+        int sg = plan->group_of[u];
+        if (sg < 0 || plan->groups[sg].attached < 0 || plan->groups[sg].root != u) continue;
+        int hi = plan->groups[sg].attached;
+        const fuse_group_t *hg = &plan->groups[hi];
+        if (hg->side != sg) continue;
+        bool inside = (plan->group_of[w] == hi &&
+                       (plan->role[w] == ROLE_PRE || plan->role[w] == ROLE_HEAD)) ||
+                      (hg->tail >= 0 && plan->group_of[w] == hg->tail);
+        if (!inside) plan->fused[hg->fused].side_private = false;
+      }
+    }
+  }
+  if (st == TPU_OK) {
     /* which values a step reads (backward: a reader's need is known first) */
     for (int o = 0; o < tpu_graph_num_outputs(g); o++) {
       plan->needed[tpu_graph_output_value(g, o)] = true;

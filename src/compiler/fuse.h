@@ -44,6 +44,7 @@ typedef struct fuse_step {
   int num_inputs;
   tpu_value_t inputs[FUSE_MAX_INPUTS];   /* the step's input values, in fused_t's order */
   tpu_value_t side_root, tail_root;      /* values the step also writes, or TPU_NO_VALUE */
+  bool side_private;                     /* only this step reads side_root */
 } fuse_step_t;
 
 typedef struct fuse_plan {

@@ -5,10 +5,11 @@
  * and dead code for the passes to remove), compiles each with every pass on (thread CPU
  * time, best of 15 interleaved runs, since the machine is shared) and checks that 4x the
  * nodes costs well under 16x the time (a quadratic pass would): the ratio must stay
- * below 8 (about 4 is measured). The sizes (about 290 and 1100 nodes) keep both graphs'
- * working sets in the caches: past that the per-node cost grows with cache misses and
- * page faults, not with an algorithm (callgrind counts 21M and 83M instructions for 1053
- * and 4203 nodes; bench/compile_time.c prints larger sizes). Prints the numbers.
+ * below 8 (about 3.7 is measured). The sizes (about 150 and 560 nodes) keep both graphs'
+ * working sets in the core's L2: past that the per-node time grows with cache misses and
+ * page faults, not with an algorithm (callgrind counts 4.95M and 19.7M instructions for
+ * three compiles of 283 and 1123 nodes: 3.98x; bench/compile_passes.c prints larger
+ * sizes). Prints the numbers.
  */
 #include <stdio.h>
 #include <string.h>
@@ -90,7 +91,7 @@ static double best_compile_s(const tpu_graph_t *g, int reps) {
 }
 
 TEST(compile_time_is_linear_in_graph_size) {
-  const int B = 8;
+  const int B = 4;
   tpu_graph_t *small = model(B), *big = model(4 * B);
   int n1 = tpu_graph_num_nodes(small), n4 = tpu_graph_num_nodes(big);
   best_compile_s(small, 1); /* warm up */
