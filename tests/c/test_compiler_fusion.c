@@ -422,6 +422,8 @@ TEST(eager_lowerings_fuse) {
       CHECK(tpu_executable_num_kernels(on) == 2);
       CHECK_CONTAINS(t, "REDUCE,RESHAPE,IS_FINITE,SELECT) f32[300,1] -> scratch");
       CHECK_CONTAINS(t, "1: FUSED(SUB,EXP,REDUCE,DIV");
+      /* the exponentials only this step reads: one chunk of 217 rows (65536 / 301) */
+      CHECK_CONTAINS(t, "side f32[217,301] -> scratch, tail ");
       free_text(t);
     }
     tpu_executable_release(on);
