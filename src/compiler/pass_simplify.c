@@ -7,7 +7,7 @@
  *   transpose(transpose(x))                     -> one transpose, or x if the identity
  *   reshape(reshape(x)), reshape to x's shape   -> one reshape, or x
  *   broadcast_in_dim(broadcast_in_dim(x))       -> one broadcast; identity broadcast -> x
- *   broadcast_in_dim(convert(x)), float dtypes  -> convert(broadcast_in_dim(x)) (fusable)
+ *   broadcast_in_dim(convert(x)), f32/bf16/f16 -> convert(broadcast_in_dim(x)) (fusable)
  *   x * 1, 1 * x, x / 1                         -> x
  *   x - 0, x + -0.0, -0.0 + x (ints: x + 0, 0 + x) -> x   (float x + 0.0 is not: -0 + 0 = 0)
  *   neg(neg(x))                                 -> x
@@ -39,6 +39,9 @@ static bool splat_is(const tpu_node_t *k, double f, int64_t i) {
   }
   return k->attrs.constant.ivalue == i;
 }
+
+/* The dtypes fused programs compute (a convert between them fuses; f64 does not). */
+static bool f32ish(tpu_dtype_t dt) { return dt == TPU_F32 || dt == TPU_BF16 || dt == TPU_F16; }
 
 static bool identity_perm(const int64_t *perm, int rank) {
   for (int d = 0; d < rank; d++) {
@@ -118,8 +121,8 @@ tpu_value_t pass_simplify_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_
           identity_perm(node->attrs.broadcast.dims, x->shape.rank)) {
         return ops[0];
       }
-      if (x->op == TPU_OP_CONVERT && tpu_dtype_is_float(x->dtype) &&
-          tpu_dtype_is_float(tpu_graph_node(g, x->operands[0])->dtype)) {
+      if (x->op == TPU_OP_CONVERT && f32ish(x->dtype) &&
+          f32ish(tpu_graph_node(g, x->operands[0])->dtype)) {
         /* broadcast(convert(v)) -> convert(broadcast(v)): the convert becomes elementwise
          * on the broadcast shape, where fusion folds it into its consumer */
         tpu_value_t v = x->operands[0];
