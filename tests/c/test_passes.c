@@ -109,6 +109,37 @@ TEST(simplify_arithmetic_identities_are_exact) {
   tpu_graph_destroy(g);
 }
 
+TEST(simplify_moves_converts_after_broadcasts) {
+  tpu_graph_t *g = ir_graph();
+  tpu_shape_t s = SHAPE(6, 5);
+  tpu_value_t x = ir_param(g, TPU_F32, s);
+  tpu_value_t w = ir_param(g, TPU_BF16, SHAPE(5));
+  tpu_value_t d = ir_param(g, TPU_F64, SHAPE(5));
+  int64_t d1[1] = {1};
+  tpu_value_t wb = tpu_graph_broadcast_in_dim(g, tpu_graph_convert(g, w, TPU_F32), &s, d1);
+  tpu_value_t db = tpu_graph_broadcast_in_dim(g, tpu_graph_convert(g, d, TPU_F32), &s, d1);
+  CHECK_OK(tpu_graph_output(g, tpu_graph_binary(g, TPU_OP_MUL, tpu_graph_binary(g, TPU_OP_MUL, x, wb), db), NULL));
+  tpu_graph_t *o = run_passes(g, TPU_PASS_ALL, NULL);
+  CHECK(o != NULL);
+  if (o) {
+    int moved = 0, kept = 0;
+    for (int v = 0; v < tpu_graph_num_nodes(o); v++) {
+      const tpu_node_t *n = tpu_graph_node(o, v);
+      if (n->op != TPU_OP_CONVERT) continue;
+      const tpu_node_t *src = tpu_graph_node(o, n->operands[0]);
+      if (src->op == TPU_OP_BROADCAST_IN_DIM && src->dtype == TPU_BF16) moved++;
+      if (src->op == TPU_OP_PARAMETER && src->dtype == TPU_F64) kept++;
+    }
+    CHECK(moved == 1 && kept == 1); /* bf16 -> f32 fuses after the broadcast; f64 stays small */
+  }
+  tpu_executable_t *e = cu_compile(g, 0);
+  if (e) CHECK(tpu_executable_num_kernels(e) == 2); /* the f64 convert, then one fused step */
+  tpu_executable_release(e);
+  CHECK(cu_optimized_vs_plain(g, NULL) == 0);
+  tpu_graph_destroy(o);
+  tpu_graph_destroy(g);
+}
+
 TEST(fold_splat_constants_with_the_kernels) {
   tpu_graph_t *g = ir_graph();
   tpu_shape_t s = SHAPE(3, 4);
@@ -254,6 +285,7 @@ TEST(passes_leave_an_optimal_graph_alone) {
 int main(void) {
   RUN(simplify_layout_chains);
   RUN(simplify_arithmetic_identities_are_exact);
+  RUN(simplify_moves_converts_after_broadcasts);
   RUN(fold_splat_constants_with_the_kernels);
   RUN(fold_integer_and_division_by_zero_like_the_kernels);
   RUN(cse_merges_equal_nodes_but_not_parameters_or_rng);
