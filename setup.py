@@ -39,6 +39,14 @@ class BuildExt(build_ext):
 
     def build_extensions(self):
         subprocess.check_call(["make", "-C", ROOT, "--no-print-directory", "lib"])
+        # build_ext only compares sources with the extension: relink after a core change
+        lib = os.path.join(ROOT, "build", "release", "libtpu.a")
+        for ext in self.extensions:
+            for out in (self.get_ext_fullpath(ext.name),
+                        os.path.join(ROOT, *ext.name.split(".")[:-1],
+                                     os.path.basename(self.get_ext_filename(ext.name)))):
+                if os.path.exists(out) and os.path.getmtime(out) < os.path.getmtime(lib):
+                    os.remove(out)
         original = self.compiler._compile
 
         def compile_one(obj, src, ext, cc_args, extra_postargs, pp_opts):

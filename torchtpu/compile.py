@@ -117,9 +117,15 @@ class _TpuGraph:
 
     def stats(self):
         """The latest plan: plans, steps, scratch_bytes (planned peak of intermediates),
-        unplanned_bytes (their sum without reuse), nodes (captured IR graph)."""
-        keys = ("plans", "steps", "scratch_bytes", "unplanned_bytes", "nodes")
+        unplanned_bytes (their sum without reuse), nodes (captured IR graph), kernels
+        (launches per run after fusion), fused (kernels that compute several ops)."""
+        keys = ("plans", "steps", "scratch_bytes", "unplanned_bytes", "nodes", "kernels",
+                "fused")
         return dict(zip(keys, torch.ops.torchtpu.plan_stats(self.fn_id)))
+
+    def describe(self):
+        """The compiled program, one line per kernel ("FUSED(SUB,MUL,...) f32[8,64] -> ...")."""
+        return torch.ops.torchtpu.plan_describe(self.fn_id)
 
     def _log_capture(self, desc):
         """TORCHTPU_LOG_RECOMPILES=1: one line per capture; for a recompile (Dynamo guard

@@ -168,3 +168,40 @@ a.sum(1); a.sum(1); a.sum(0); (a.t() * 2)
     misses = [ln for ln in r.stderr.splitlines() if "cache miss aten::sum" in ln]
     assert len(misses) == 2, r.stderr  # the second a.sum(1) hits
     assert "first signature" in misses[0] and "dim: [1] -> [0]" in misses[1], misses
+
+
+def compiled_graph(fn, *args):
+    forward = torch.compile(fn, backend="tpu")
+    with torch.no_grad():
+        for _ in range(2):
+            out = forward(*args)
+    (g,) = [g for g in tc.graphs if g.stats()["plans"] > 0]
+    return g, out
+
+
+def test_an_elementwise_chain_becomes_one_kernel():
+    x = torch.randn(64, 128, device="tpu")
+    g, out = compiled_graph(lambda x: ((x * 2 + 1).tanh() - 0.5).abs() * 3, x)
+    want = ((x.cpu() * 2 + 1).tanh() - 0.5).abs() * 3
+    torch.testing.assert_close(out.cpu(), want)
+    assert g.stats()["kernels"] == 1, g.describe()
+    assert "FUSED" in g.describe()
+
+
+def test_a_layer_norm_becomes_at_most_two_kernels():
+    x = torch.randn(32, 256, device="tpu")
+    w, b = torch.randn(256, device="tpu"), torch.randn(256, device="tpu")
+    g, out = compiled_graph(lambda x, w, b: F.layer_norm(x, (256,), w, b), x, w, b)
+    want = F.layer_norm(x.cpu(), (256,), w.cpu(), b.cpu())
+    torch.testing.assert_close(out.cpu(), want, atol=1e-5, rtol=1e-5)
+    assert g.stats()["kernels"] <= 2, g.describe()
+
+
+def test_matmul_with_bias_and_activation_is_one_kernel():
+    x = torch.randn(16, 64, device="tpu")
+    w, b = torch.randn(64, 32, device="tpu"), torch.randn(32, device="tpu")
+    g, out = compiled_graph(lambda x, w, b: torch.relu(x @ w + b), x, w, b)
+    # DEFAULT precision: one bf16 pass over the operands, f32 accumulation
+    want = torch.relu(x.cpu().bfloat16().float() @ w.cpu().bfloat16().float() + b.cpu())
+    torch.testing.assert_close(out.cpu(), want, atol=1e-3, rtol=1e-3)
+    assert g.stats()["kernels"] == 1, g.describe()

@@ -353,15 +353,31 @@ bool replay(int64_t fn, const std::vector<at::Tensor> &inputs, std::vector<at::T
 
 namespace {
 
-// [plans, steps, scratch bytes, unplanned bytes, graph nodes] of |fn|'s latest plan.
+// [plans, steps, scratch bytes, unplanned bytes, graph nodes, kernels, fused kernels] of
+// |fn|'s latest plan.
 std::vector<int64_t> op_plan_stats(int64_t fn) {
   std::lock_guard<std::mutex> lock(g_plans_mu);
   auto it = g_plans.find(fn);
-  if (it == g_plans.end() || it->second.empty()) return {0, 0, 0, 0, 0};
+  if (it == g_plans.end() || it->second.empty()) return {0, 0, 0, 0, 0, 0, 0};
   const Plan &p = *it->second.back();
   return {static_cast<int64_t>(it->second.size()), tpu_executable_num_steps(p.exe),
           static_cast<int64_t>(tpu_executable_scratch_bytes(p.exe)),
-          static_cast<int64_t>(tpu_executable_unplanned_bytes(p.exe)), p.num_nodes};
+          static_cast<int64_t>(tpu_executable_unplanned_bytes(p.exe)), p.num_nodes,
+          tpu_executable_num_kernels(p.exe), tpu_executable_num_fused(p.exe)};
+}
+
+// The compiled steps of |fn|'s latest plan, one line each (tpu_executable_describe).
+std::string op_plan_describe(int64_t fn) {
+  std::lock_guard<std::mutex> lock(g_plans_mu);
+  auto it = g_plans.find(fn);
+  if (it == g_plans.end() || it->second.empty()) return "";
+  char *text = nullptr;
+  size_t len = 0;
+  check_status(tpu_executable_describe(it->second.back()->exe, tpu_allocator_system(), &text, &len),
+               "plan_describe");
+  std::string out(text, len);
+  tpu_allocator_system().free(tpu_allocator_system().self, text);
+  return out;
 }
 
 void op_capture_begin(int64_t device, at::TensorList inputs, bool exporting) {
@@ -412,6 +428,7 @@ TORCH_LIBRARY(torchtpu, m) {
   m.def("replay(int fn, Tensor[] inputs) -> (bool, Tensor[])", &op_replay);
   m.def("flush(int device, str reason) -> ()", &op_flush);
   m.def("plan_stats(int fn) -> int[]", &op_plan_stats);
+  m.def("plan_describe(int fn) -> str", &op_plan_describe);
 }
 
 }  // namespace torchtpu

@@ -177,9 +177,13 @@ std::vector<const tpu_node_t *> params_of(const tpu_graph_t *g) {
 // A host input of a recorded op: its bytes (a scalar) or the CPU tensor holding it.
 tpu_value_t read_host(Pending &p, const tpu_node_t *param, const void *ptr, Inputs &inputs,
                       int rng, int rng_index) {
-  if (p.exporting && param->shape.rank == 0) {  // exported programs take scalars as constants
-    p.key.push_back('k');
+  // A captured or exported graph takes its scalars as constants (they are fixed in the FX
+  // graph), so the compiler folds them; a capture keeps random seeds as parameters.
+  if ((p.exporting || (p.capturing && rng == 0)) && param->shape.rank == 0) {
     tpu_dtype_t dt = param->dtype;
+    p.key.push_back('k');
+    p.key.insert(p.key.end(), static_cast<const unsigned char *>(ptr),
+                 static_cast<const unsigned char *>(ptr) + tpu_dtype_size(dt));
     if (tpu_dtype_is_float(dt)) {
       double x = dt == TPU_F64   ? *static_cast<const double *>(ptr)
                  : dt == TPU_F32 ? *static_cast<const float *>(ptr)
