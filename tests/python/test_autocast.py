@@ -72,7 +72,7 @@ _CASES = [
     ("addcdiv", torch.addcdiv, lambda: (_x(4, dtype=BF16), _x(4), _x(4, seed=1).abs() + 1), F32),
     ("atan2", torch.atan2, lambda: (_x(4, dtype=BF16), _x(4)), F32),
     ("dot", torch.dot, lambda: (_x(4, dtype=BF16), _x(4)), F32),
-    ("scatter_add", lambda x, s: x.scatter_add(0, torch.tensor([0, 1, 0]), s),
+    ("scatter_add", lambda x, s: x.scatter_add(0, torch.tensor([0, 1, 0], device=x.device), s),
      lambda: (_x(3), _x(3, dtype=BF16)), F32),
     # not on any list: unchanged (ordinary type promotion)
     ("relu_f32", torch.relu, lambda: (_x(5),), F32),
@@ -83,7 +83,7 @@ _CASES = [
 # Ops whose CPU-autocast rule is the same as CUDA's (checked: tpu result == CPU result).
 _SAME_ON_CPU = {"mm", "matmul", "bmm", "baddbmm", "addmm", "linear", "conv1d", "conv2d",
                 "sdpa", "prelu", "mse_loss", "l1_loss", "nll_loss", "relu_f32", "relu_bf16",
-                "add_mixed", "bce_with_logits", "cosine_similarity"}
+                "add_mixed", "bce_with_logits"}
 
 
 def _run(fn, args, device):
