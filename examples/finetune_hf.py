@@ -6,7 +6,7 @@ save_pretrained/from_pretrained of the result.
 Run:  .venv/bin/python examples/finetune_hf.py                    # BERT, on the accelerator
       .venv/bin/python examples/finetune_hf.py --model llama --epochs 5
       .venv/bin/python examples/finetune_hf.py --device cpu       # the same on the CPU
-      options: --no-amp, --accumulate 2, --save DIR, --steps N (stop early), --json
+      options: --no-amp, --dropout 0, --accumulate 2, --save DIR, --steps N (stop early), --json
 
 No download happens (HF_HUB_OFFLINE=1): the model is built from a tiny config with random
 weights (2 layers, hidden 64), and the data is synthetic: sequences of token ids labelled 1
@@ -29,16 +29,19 @@ import transformers  # noqa: E402
 VOCAB, SEQ = 128, 24
 
 
-def tiny_config(name: str):
+def tiny_config(name: str, dropout: float = 0.1):
     common = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
                   vocab_size=VOCAB, max_position_embeddings=64, num_labels=2)
     if name == "bert":
-        return transformers.BertConfig(**common)
+        return transformers.BertConfig(hidden_dropout_prob=dropout,
+                                       attention_probs_dropout_prob=dropout, **common)
     if name == "llama":
-        return transformers.LlamaConfig(num_key_value_heads=2, pad_token_id=0, **common)
+        return transformers.LlamaConfig(num_key_value_heads=2, pad_token_id=0,
+                                        attention_dropout=dropout, **common)
     if name == "gpt2":
         return transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB,
-                                       n_positions=64, num_labels=2, pad_token_id=0)
+                                       n_positions=64, num_labels=2, pad_token_id=0,
+                                       resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout)
     raise ValueError(f"--model must be bert, llama or gpt2, got {name!r}")
 
 
@@ -83,6 +86,7 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--accumulate", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--no-amp", action="store_true", help="train in float32 (default: bf16 autocast)")
     p.add_argument("--save", default=None, help="save_pretrained() the model here, then reload it")
     p.add_argument("--seed", type=int, default=0)
@@ -98,7 +102,7 @@ def main(argv=None) -> dict:
         device = torch.device("cpu")
     amp = not args.no_amp
     torch.manual_seed(args.seed)
-    model = transformers.AutoModelForSequenceClassification.from_config(tiny_config(args.model))
+    model = transformers.AutoModelForSequenceClassification.from_config(tiny_config(args.model, args.dropout))
     model.to(device).train()
 
     train = DataLoader(synthetic_dataset(1024, args.seed), batch_size=args.batch_size, shuffle=True,

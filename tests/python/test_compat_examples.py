@@ -3,7 +3,7 @@
 #   to 1e-4 (Adam's first steps are sign-like, so small differences would show at once);
 # - with bf16 autocast (its default) it learns, no op leaves the chip, and
 #   save_pretrained/from_pretrained give back a model with the same accuracy;
-# - as a user runs it: a fresh interpreter, `python examples/finetune_hf.py --steps 4`.
+# - as a user runs it: a fresh interpreter, `python examples/finetune_hf.py --steps 2`.
 import os
 import subprocess
 import sys
@@ -21,7 +21,8 @@ import finetune_hf  # noqa: E402
 
 
 def test_float32_steps_match_cpu():
-    args = ["--json", "--no-amp", "--steps", "6", "--epochs", "1"]
+    # dropout off: the two devices draw different random numbers
+    args = ["--json", "--no-amp", "--dropout", "0", "--steps", "5", "--epochs", "1"]
     cpu = finetune_hf.main(args + ["--device", "cpu"])
     with torch.tpu.precision("highest"):
         tpu = finetune_hf.main(args)
@@ -30,10 +31,9 @@ def test_float32_steps_match_cpu():
                                rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("model", ["bert", "llama"])
-def test_autocast_finetune_learns_natively(model, tmp_path):
+def test_autocast_finetune_learns_natively(tmp_path):
     torchtpu.reset_fallback_stats()
-    out = finetune_hf.main(["--json", "--model", model, "--epochs", "3", "--accumulate", "2",
+    out = finetune_hf.main(["--json", "--model", "llama", "--epochs", "3", "--accumulate", "2",
                             "--save", str(tmp_path / "ft")])
     assert torchtpu.fallback_stats() == {}
     assert out["losses"][-1] < out["losses"][0]
@@ -43,7 +43,7 @@ def test_autocast_finetune_learns_natively(model, tmp_path):
 
 def test_runs_as_a_script():
     script = os.path.join(EXAMPLES, "finetune_hf.py")
-    res = subprocess.run([sys.executable, script, "--steps", "4", "--epochs", "1"],
+    res = subprocess.run([sys.executable, script, "--steps", "2", "--epochs", "1"],
                          env=subprocess_env(), capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "on tpu" in res.stdout and "eval accuracy" in res.stdout, res.stdout
