@@ -218,10 +218,10 @@ def _train_scaled(device, steps=12, poison_step=5):
         scaler.scale(loss).backward()
         if i == poison_step:  # an overflowed gradient: the step must be skipped
             next(model.parameters()).grad.view(-1)[0] = float("inf")
-        before = [p.detach().clone() for p in model.parameters()]
+        before = [p.detach().cpu().clone() for p in model.parameters()]
         scaler.step(opt)
         scaler.update()
-        skipped.append(all(torch.equal(b, p) for b, p in zip(before, model.parameters())))
+        skipped.append(all(torch.equal(b, p.detach().cpu()) for b, p in zip(before, model.parameters())))
         losses.append(loss.item())
         scales.append(scaler.get_scale())
     return losses, scales, skipped

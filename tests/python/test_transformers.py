@@ -191,3 +191,23 @@ def test_train_step_with_autocast(name, capsys):
             low = model(**batch).loss.item()
     assert abs(low - ref) <= 5e-2 * max(1.0, abs(ref)), (low, ref)
     _check_fallback(name, stats)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_greedy_generate_matches_cpu(name, capsys):
+    """generate() with the KV cache: the same tokens as on the CPU (at HIGHEST precision),
+    with every op native (isin, for the stopping criteria, is lowered)."""
+    model, batch = make(name)
+    model.eval()
+    prompt = batch["input_ids"][:1, :6]
+    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    ref = model.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
+    model.to("tpu")
+    torchtpu.reset_fallback_stats()
+    with torch.tpu.precision("highest"):
+        out = model.generate(prompt.to("tpu"), attention_mask=torch.ones_like(prompt).to("tpu"),
+                             **kwargs)
+    stats = torchtpu.fallback_stats()
+    _report(capsys, name, "greedy generate", stats)
+    assert torch.equal(out.cpu(), ref)
+    _check_fallback(name, stats)
