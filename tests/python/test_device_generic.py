@@ -79,3 +79,27 @@ def test_runs_as_a_script():
     assert res.returncode == 0, res.stderr[-3000:]
     assert "epoch 1/1" in res.stdout and "on tpu" in res.stdout, res.stdout
     assert "fallback" not in res.stderr, res.stderr[-3000:]
+
+
+def test_module_to_moves_parameters_in_place_and_keeps_ties():
+    """As on CUDA, Module.to()/.cpu() and `param.data = t` keep the Parameter objects, so
+    tied weights stay tied and optimizers built before the move keep working."""
+    emb = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"emb": emb, "head": head})
+    before = [id(p) for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.to("tpu")
+    assert [id(p) for p in model.parameters()] == before
+    assert emb.weight is head.weight and emb.weight.device.type == "tpu"
+    ids = torch.tensor([[1, 2, 3]], device="tpu")
+    head(emb(ids)).sum().backward()
+    opt.step()  # the optimizer holds the moved parameters
+    model.cpu()
+    assert emb.weight is head.weight and emb.weight.device.type == "cpu"
+    p = torch.nn.Parameter(torch.ones(3))
+    p.data = torch.zeros(3, device="tpu")
+    assert p.device.type == "tpu" and isinstance(p, torch.nn.Parameter)
+    with pytest.raises(RuntimeError, match="incompatible tensor type"):
+        p.data = torch.zeros(3, dtype=torch.complex64).to_sparse()
