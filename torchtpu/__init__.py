@@ -12,7 +12,7 @@ import time
 import torch
 
 from torchtpu import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
-from torchtpu import device_module
+from torchtpu import amp, device_module
 from torchtpu.precision import (
     Precision,
     get_matmul_precision,
@@ -74,5 +74,6 @@ def _autoload() -> None:
 
 
 _register()
+amp._default_autocast_dtype()
 atexit.register(_let_autograd_threads_settle)
 

@@ -3,12 +3,13 @@
 Registered with torch._register_device_module("tpu", ...) by torchtpu/__init__.py.
 Devices are the virtual TPU chips of this process (TORCHTPU_CHIP, TORCHTPU_CHIPS).
 """
-from typing import Any, List
+from typing import Any
 
 import torch
 
 from torchtpu import _C
 from torchtpu._device_index import DeviceLike, device_index
+from torchtpu.amp import get_amp_supported_dtype, is_bf16_supported  # noqa: F401
 from torchtpu.memory import (  # noqa: F401
     empty_cache,
     max_memory_allocated,
@@ -130,10 +131,6 @@ def get_device_capability(device: DeviceLike = None) -> tuple:
     chip = get_device_properties(device).chip
     major = int(chip[1])
     return major, 1 if chip.endswith("p") else 0
-
-
-def get_amp_supported_dtype() -> List[torch.dtype]:
-    return [torch.bfloat16, torch.float16]
 
 
 def _get_device_index(device: Any, optional: bool = False) -> int:

@@ -192,17 +192,20 @@ void where_self(LowerCtx &ctx) {  // where(condition, self, other)
   ctx.results = {tpu_graph_select(ctx.g, c, operand(ctx, 1, dt, shape), operand(ctx, 2, dt, shape))};
 }
 
-// clamp(self, min=None, max=None) with Scalar or Tensor bounds (NaN propagates).
+// clamp(self, min=None, max=None) with Scalar or Tensor bounds. A NaN in self or in a
+// bound gives NaN, as in PyTorch (x < NaN is false, so the NaN bound is selected explicitly).
 void clamp_impl(LowerCtx &ctx, int min_arg, int max_arg) {
   Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
   tpu_value_t x = operand(ctx, 0, B.dt, B.shape);
   if (min_arg >= 0 && ctx.v(min_arg) != TPU_NO_VALUE) {
     tpu_value_t lo = operand(ctx, min_arg, B.dt, B.shape);
     x = B.sel(B.cmp(TPU_CMP_LT, x, lo), lo, x);
+    x = B.sel(B.cmp(TPU_CMP_NE, lo, lo), lo, x);
   }
   if (max_arg >= 0 && ctx.v(max_arg) != TPU_NO_VALUE) {
     tpu_value_t hi = operand(ctx, max_arg, B.dt, B.shape);
     x = B.sel(B.cmp(TPU_CMP_GT, x, hi), hi, x);
+    x = B.sel(B.cmp(TPU_CMP_NE, hi, hi), hi, x);
   }
   ctx.results = {x};
 }
