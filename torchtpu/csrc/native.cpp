@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "cost_hooks.h"
 #include "device.h"
 #include "device_check.h"
 #include "eager.h"
@@ -614,6 +615,7 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
   }
   tpu_executable_t *exe = nullptr;
   check_status(tpu_compile(raw, &opts, tpu_allocator_system(), &exe), call.info->name.c_str());
+  cost::on_compile(exe, raw, call.info->name.c_str());  // cost hook: modelled time per gen
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 std::chrono::steady_clock::now() - start).count();
   {
@@ -673,6 +675,7 @@ void launch(RunTask *task, c10::Device device, const char *name) {
       check_status(st, name);
     }
   }
+  cost::on_launch(device.index(), task->exe);  // cost hook: advance the modelled clock
   tpu_task_t t{run_task, release_task, task, name};
   tpu_status_t st = tpu_stream_enqueue(tpu_device_stream(dev), &t);
   if (task->scratch) tpu_caching_free(tpu_device_allocator(dev), task->scratch);
@@ -684,6 +687,7 @@ void launch(RunTask *task, c10::Device device, const char *name) {
 
 void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const OpInfo &info = op_info(op);
+  cost::OpScope op_scope(info.name.c_str());  // cost hook: names allocations (OOM report)
   Call call;
   call.info = &info;
   const size_t num_args = op.schema().arguments().size();
@@ -840,6 +844,7 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
   tpu_compile_options_t opts{};
   if (alias_kind(src, dst)) opts.output_may_alias_input = 1;
   check_status(tpu_compile(raw, &opts, tpu_allocator_system(), &exe), "copy_");
+  cost::on_compile(exe, raw, "aten::copy_");  // cost hook: modelled time per gen
   uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now() - start).count());
   tpu_cache_insert(eager_cache(), k.data(), k.size(), hash, exe, ns);
