@@ -105,7 +105,7 @@ size_t tpu_cost_timeline(size_t first, tpu_cost_event_t *out, size_t cap) {
   pthread_mutex_lock(&g_tl_mu);
   size_t avail = first < g_tl_len ? g_tl_len - first : 0;
   size_t n = avail < cap ? avail : cap;
-  if (n) memcpy(out, g_tl + first, n * sizeof(tpu_cost_event_t));
+  if (n && out) memcpy(out, g_tl + first, n * sizeof(tpu_cost_event_t));
   pthread_mutex_unlock(&g_tl_mu);
   return avail;
 }

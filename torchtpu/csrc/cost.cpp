@@ -187,6 +187,10 @@ PyObject *py_cost_timeline(PyObject *, PyObject *args) {
   return out;
 }
 
+PyObject *py_cost_timeline_len(PyObject *, PyObject *) {
+  return PyLong_FromSize_t(tpu_cost_timeline(0, nullptr, 0));
+}
+
 PyObject *py_cost_record(PyObject *, PyObject *args) {
   int device;
   const char *name;
@@ -268,6 +272,7 @@ PyMethodDef tpu_cost_methods[] = {
     {"_cost_totals", py_cost_totals, METH_VARARGS, "A chip's modelled clocks and totals."},
     {"_cost_entries", py_cost_entries, METH_NOARGS, "Every executable's cost per generation."},
     {"_cost_timeline", py_cost_timeline, METH_VARARGS, "Timeline events from an index."},
+    {"_cost_timeline_len", py_cost_timeline_len, METH_NOARGS, "Timeline events so far."},
     {"_cost_record", py_cost_record, METH_VARARGS, "Add modelled work to a chip's timeline."},
     {"_cost_set_detail", py_cost_set_detail, METH_VARARGS, "Timeline and counts on/off."},
     {"_cost_detail", py_cost_detail, METH_NOARGS, "True while detail is recorded."},
