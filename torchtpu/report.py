@@ -174,62 +174,60 @@ class Report:
 
 # ---- analysis ------------------------------------------------------------------------------
 
-def _hints(gen: str, spec: dict, entries: List[tuple], step_s: float, split: dict,
-           tokens_hint: Optional[float]) -> List[str]:
-    """entries: (entry, calls per step). Hints where padding or precision wastes the MXU."""
+def _hints(gen: str, spec: dict, entries: List[tuple], step_s: float, split: dict) -> List[str]:
+    """entries: (entry, calls per step). Concrete hints where padding, precision, kernel
+    count or batch size waste the chip (tile sizes and ridge point from the chip table)."""
     t = spec["mxu_dim"]
+    ridge = spec["peak_bf16_flops"] / spec["hbm_bytes_per_s"]
     out = []
-    waste: Dict[tuple, list] = defaultdict(lambda: [0.0, 0.0, 0.0])  # key -> [waste s, time, n]
-    passes_time = 0.0
+    waste: Dict[tuple, list] = defaultdict(lambda: [0.0, 0.0])  # key -> [waste s, efficiency]
+    passes_time = mxu_op_time = mxu_op_flops = mxu_op_bytes = 0.0
     for e, calls in entries:
         c = e["cost"][spec["index"]]
         if c["passes"] > 1:
-            passes_time += c["mxu_seconds"] * calls
+            passes_time += c["mxu_seconds"] * calls * (1 - 1 / c["passes"])
+        if c["mxu_kernels"]:
+            mxu_op_time += c["seconds"] * calls
+            mxu_op_flops += c["flops"] * calls
+            mxu_op_bytes += c["bytes"] * calls
         if c["pad_waste_flops"] <= 0 or c["mxu_flops"] <= 0:
             continue
         frac = c["pad_waste_flops"] / c["mxu_flops"]
-        key = (e["name"], c["pad_m"], c["pad_k"], c["pad_n"])
-        w = waste[key]
+        w = waste[(e["name"], c["pad_m"], c["pad_k"], c["pad_n"])]
         w[0] += c["mxu_seconds"] * frac * calls
-        w[1] += c["seconds"] * calls
-        w[2] = 1 - frac
-    for (name, m, k, n), (ws, ts, eff) in sorted(waste.items(), key=lambda kv: -kv[1][0])[:4]:
-        why = []
-        if k % t:
-            why.append(f"contraction K={k} fills {k % t if k > t else k} of the {t} MXU rows "
-                       f"(pads to {math.ceil(k / t) * t})")
-        if n % t:
-            why.append(f"output width N={n} pads to {math.ceil(n / t) * t} MXU columns")
-        if m % 8:
-            why.append(f"M={m} rows pad to {math.ceil(m / 8) * 8}")
-        if not why:
+        w[1] = 1 - frac
+    small = False
+    for (name, m, k, n), (ws, eff) in sorted(waste.items(), key=lambda kv: -kv[1][0])[:3]:
+        pads = [f"{d}={v} pads to {math.ceil(v / q) * q}" for d, v, q in
+                (("M", m, 8), ("K", k, t), ("N", n, t)) if v % q]
+        if not pads:
             continue
-        fix = []
-        if k < t or n < t:
-            fix.append(f"a head dim or hidden size below {t} cannot fill the {t}x{t} MXU: "
-                       f"use head_dim {t} and hidden sizes that are multiples of {t}"
-                       + (" (256 is safe on every generation)" if t == 128 else ""))
-        elif k % t or n % t:
-            fix.append(f"make hidden/FFN/vocab sizes multiples of {t}")
-        if m % 8:
-            fix.append("make batch x tokens a multiple of 8 (16 for bf16)")
-        out.append(f"{name} (M={m}, K={k}, N={n}): MXU {100 * eff:.0f}% utilised; "
-                   f"{'; '.join(why)}. {'; '.join(fix)}. Padding costs "
-                   f"{100 * ws / step_s:.1f}% of the MXU-bound part of the step.")
+        small = small or k < t or n < t
+        out.append(f"{name} [M={m}, K={k}, N={n}]: MXU {100 * eff:.0f}% utilised "
+                   f"({', '.join(pads)})")
+    if out:
+        total = sum(w[0] for w in waste.values())
+        advice = (f"dims below {t} cannot fill the {t}x{t} MXU of {gen}: use attention head_dim "
+                  f"{t} and hidden/FFN/vocab sizes that are multiples of {t}" if small else
+                  f"make hidden/FFN/vocab sizes multiples of {t}")
+        if t == 128:
+            advice += " (256 is safe on every generation)"
+        out.append(f"{advice}; MXU padding costs {100 * total / step_s:.1f}% of this step "
+                   f"(more as the model grows and MXU time dominates)")
     if passes_time > 0.05 * step_s:
         out.append(f"f32 matmuls at HIGH/HIGHEST precision take 3x/6x the MXU passes "
-                   f"({100 * passes_time / step_s:.0f}% of the step): use bf16 (autocast) or "
-                   f"DEFAULT precision where accuracy allows")
+                   f"({100 * passes_time / step_s:.0f}% of the step is extra passes): use bf16 "
+                   f"(autocast) or DEFAULT precision where accuracy allows")
     if split["overhead"] > 0.5:
-        out.append(f"{100 * split['overhead']:.0f}% of the step is per-kernel overhead "
-                   f"(~1.5 us per kernel, many small kernels): fuse them "
-                   f"(torch.compile(model, backend='tpu') or TORCHTPU_EAGER=fused) and grow "
-                   f"the batch so each kernel does more work")
-    if split["hbm"] > split["mxu"] and split["hbm"] > 0.2:
-        out.append(f"memory-bound: {100 * split['hbm']:.0f}% of the step waits on HBM; "
-                   f"matmuls need about {spec['peak_bf16_flops'] / spec['hbm_bytes_per_s']:.0f} "
-                   f"tokens per chip (the ridge point) to be compute-bound on {gen}: "
-                   f"increase the batch, use bf16 activations")
+        out.append(f"{100 * split['overhead']:.0f}% of the step is the ~1.5 us fixed cost of "
+                   f"{'many small kernels'}: fuse them (torch.compile(model, backend='tpu') or "
+                   f"TORCHTPU_EAGER=fused) and give each kernel more work (a larger batch)")
+    if mxu_op_bytes > 0 and mxu_op_time > 0.1 * step_s:
+        ai = mxu_op_flops / mxu_op_bytes
+        if ai < ridge:
+            out.append(f"matmuls run at {ai:.0f} FLOP/byte, below the {gen} ridge point "
+                       f"({ridge:.0f}): they are memory-bound; bf16 operands (autocast) halve "
+                       f"their bytes and more tokens per chip per step raise their FLOP/byte")
     return out
 
 
@@ -309,7 +307,7 @@ def _analyze(rec: _Recorder, gens: Sequence[str], oom_error: Optional[str], scri
             "split": split, "kernels_per_step": kernels,
             "ops": sorted(ops.values(), key=lambda o: -o["seconds"]),
             "points": points,
-            "hints": _hints(g, spec, per_step, step_s, split, None),
+            "hints": _hints(g, spec, per_step, step_s, split),
         }
     return Report(script, list(gens), chips, summaries, oom_error, len(rec.snaps) - 1)
 

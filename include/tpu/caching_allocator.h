@@ -75,6 +75,10 @@ typedef struct tpu_alloc_tag {
 tpu_status_t tpu_caching_alloc_tagged(tpu_caching_allocator_t *ca, size_t bytes,
                                       const tpu_alloc_tag_t *tag, void **out_ptr);
 
+/* Sets the op of the live block at |ptr| if it has none (an allocation made before the op
+ * that fills it was known, e.g. by a composite kernel's empty()). */
+void tpu_caching_set_tag_op(tpu_caching_allocator_t *ca, const void *ptr, const char *op);
+
 typedef struct tpu_live_block {
   const void *ptr;
   size_t size;            /* rounded block size */

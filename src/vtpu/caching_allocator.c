@@ -284,6 +284,14 @@ size_t tpu_caching_block_size(tpu_caching_allocator_t *ca, const void *ptr) {
   return size;
 }
 
+void tpu_caching_set_tag_op(tpu_caching_allocator_t *ca, const void *ptr, const char *op) {
+  if (!ptr) return;
+  pthread_mutex_lock(&ca->mu);
+  ca_block_t *b = tpu_ptr_map_get(&ca->live, (uintptr_t)ptr);
+  if (b && !b->tag.op) b->tag.op = op;
+  pthread_mutex_unlock(&ca->mu);
+}
+
 size_t tpu_caching_largest_live(tpu_caching_allocator_t *ca, tpu_live_block_t *out, size_t cap) {
   size_t n = 0;
   pthread_mutex_lock(&ca->mu);

@@ -33,6 +33,12 @@ TEST(largest_live_blocks_keep_their_tags) {
   CHECK(e == d);
   CHECK(tpu_caching_largest_live(ca, all, 8) == 4);
   CHECK(all[1].ptr == e && strcmp(all[1].tag.op, "aten::add.Tensor") == 0);
+  /* an untagged block takes the op of the kernel that fills it; a tagged one keeps its own */
+  tpu_caching_set_tag_op(ca, c, "aten::add.out");
+  tpu_caching_set_tag_op(ca, a, "aten::add.out");
+  tpu_caching_set_tag_op(ca, NULL, "aten::add.out");
+  CHECK(tpu_caching_largest_live(ca, all, 8) == 4);
+  CHECK(strcmp(all[0].tag.op, "aten::mm") == 0 && strcmp(all[2].tag.op, "aten::add.out") == 0);
   tpu_caching_free(ca, a);
   tpu_caching_free(ca, b);
   tpu_caching_free(ca, c);

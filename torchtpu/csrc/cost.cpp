@@ -74,6 +74,14 @@ AllocContext &alloc_context() {
   return ctx;
 }
 
+void name_pending(AllocContext &ctx, const char *op) {
+  tpu_device_t *dev = nullptr;
+  if (tpu_device_get(ctx.pending_device, &dev) == TPU_OK) {
+    tpu_caching_set_tag_op(tpu_device_allocator(dev), ctx.pending, op);
+  }
+  ctx.pending = nullptr;
+}
+
 // "\nlargest live tensors on tpu:0: 1.00 GiB f32[16384, 16384] from aten::mm; ..."
 std::string oom_report(tpu_caching_allocator_t *ca, int device) {
   tpu_live_block_t top[6];
@@ -94,7 +102,7 @@ std::string oom_report(tpu_caching_allocator_t *ca, int device) {
       out += "]";
     }
     out += "  created by ";
-    out += top[i].tag.op ? top[i].tag.op : "(unknown op)";
+    out += top[i].tag.op ? top[i].tag.op : "no op yet (an empty tensor, e.g. torch.empty)";
   }
   return out;
 }

@@ -28,13 +28,20 @@ struct AllocContext {
   const int64_t *sizes = nullptr;      // valid while a ShapeScope is open
   size_t rank = 0;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
+  // The last allocation made outside any op (a composite kernel's empty() before the out=
+  // kernel that fills it): the next op on this thread names it.
+  const void *pending = nullptr;
+  int pending_device = 0;
 };
 AllocContext &alloc_context();         // this thread's
+void name_pending(AllocContext &ctx, const char *op);  // tags ctx.pending with |op|
 
 // Names the op that runs on this thread while in scope (unless an outer scope named one).
 struct OpScope {
   explicit OpScope(const char *op) : ctx_(alloc_context()), saved_(ctx_.op) {
-    if (!saved_) ctx_.op = op;
+    if (saved_) return;
+    ctx_.op = op;
+    if (ctx_.pending) name_pending(ctx_, op);
   }
   ~OpScope() { ctx_.op = saved_; }
   OpScope(const OpScope &) = delete;

@@ -144,6 +144,11 @@ struct TpuAllocator final : c10::Allocator {
       TORCH_CHECK_WITH(OutOfMemoryError, false, "tpu allocate: ", msg);
     }
     check_status(st, "tpu allocate");
+    if (!ctx.op) {  // the op that fills it is not known yet: the next op names it
+      cost::AllocContext &c = cost::alloc_context();
+      c.pending = ptr;
+      c.pending_device = index;
+    }
     return {ptr, ptr, &tpu_delete, c10::Device(kTpu, index)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &tpu_delete; }

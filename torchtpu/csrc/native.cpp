@@ -874,6 +874,7 @@ bool native_copy(const at::Tensor &src, const at::Tensor &dst) {
     return false;
   }
   c10::DeviceGuard guard(dst.device());
+  cost::OpScope op_scope("aten::copy_");  // cost hook: names allocations (OOM report)
   auto *task = new RunTask{exe, {}, {}, nullptr};
   if (from_host) task->inputs.host_copies.push_back(source);
   task->inputs.ptrs.push_back(const_cast<void *>(source.const_data_ptr()));
