@@ -30,7 +30,7 @@ import sys
 from collections import defaultdict
 from typing import Dict, List, Optional, Sequence
 
-__all__ = ["run", "step", "Report", "main"]
+__all__ = ["run", "step", "totals", "Report", "main"]
 
 GiB = float(1 << 30)
 MiB = float(1 << 20)
@@ -42,6 +42,16 @@ def step() -> None:
     """Marks the end of a training step (when the script has no optimizer.step())."""
     if _recorder is not None:
         _recorder.mark(explicit=True)
+
+
+def totals(device: int = 0) -> dict:
+    """Chip |device|'s modelled totals since start: {"seconds": {gen: s}, "flops", "bytes",
+    "launches"} (seconds per generation name, e.g. totals()["seconds"]["v5e"])."""
+    from torchtpu import _C
+    t = _C._cost_totals(device)
+    names = [s["name"] for s in _C._chip_specs()]
+    return {"seconds": dict(zip(names, t["clock"])), "flops": t["flops"], "bytes": t["bytes"],
+            "launches": t["launches"]}
 
 
 class _Recorder:

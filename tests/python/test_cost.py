@@ -97,3 +97,10 @@ def test_clock_advances_by_the_launches_and_records():
     assert end["clock"][4] - after["clock"][4] == pytest.approx(7e-3)
     with pytest.raises(ValueError):
         _C._cost_record(0, "bad", -1.0)
+
+
+def test_totals_by_generation_name():
+    import torchtpu.report
+    t = torchtpu.report.totals(0)
+    assert set(t["seconds"]) == {"v4", "v5e", "v5p", "v6e", "v7"}
+    assert t["seconds"]["v5e"] == _C._cost_totals(0)["clock"][1] and t["launches"] > 0

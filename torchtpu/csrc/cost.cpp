@@ -13,6 +13,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -35,18 +36,28 @@ namespace {
 
 std::mutex g_mu;
 std::unordered_map<const tpu_executable_t *, tpu_cost_entry_t *> g_by_exe;
+std::atomic<uint64_t> g_epoch{1};
 
+// A launch's lookup: a direct-mapped per-thread cache (a few ns) in front of the table.
 tpu_cost_entry_t *find_entry(const tpu_executable_t *exe) {
-  thread_local std::unordered_map<const tpu_executable_t *, tpu_cost_entry_t *> cache;
-  auto it = cache.find(exe);
-  if (it != cache.end()) return it->second;
+  struct Slot {
+    const tpu_executable_t *exe;
+    tpu_cost_entry_t *entry;
+    uint64_t epoch;
+  };
+  thread_local Slot cache[256] = {};
+  Slot &slot = cache[(reinterpret_cast<uintptr_t>(exe) >> 6) & 255];
+  // every compile starts a new epoch: an executable freed and another compiled at the same
+  // address never finds the old entry
+  uint64_t epoch = g_epoch.load(std::memory_order_acquire);
+  if (slot.exe == exe && slot.epoch == epoch) return slot.entry;
   tpu_cost_entry_t *e = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    auto git = g_by_exe.find(exe);
-    if (git != g_by_exe.end()) e = git->second;
+    auto it = g_by_exe.find(exe);
+    if (it != g_by_exe.end()) e = it->second;
   }
-  if (e) cache.emplace(exe, e);
+  if (e) slot = {exe, e, epoch};
   return e;
 }
 
@@ -63,6 +74,7 @@ void on_compile(const tpu_executable_t *exe, const tpu_graph_t *g, const char *n
   if (tpu_cost_entry_create(g, name, &e) != TPU_OK) return;  // no cost: the op still runs
   std::lock_guard<std::mutex> lock(g_mu);
   g_by_exe[exe] = e;
+  g_epoch.fetch_add(1, std::memory_order_acq_rel);
 }
 
 void on_launch(int device, const tpu_executable_t *exe) {
