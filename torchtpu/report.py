@@ -35,13 +35,24 @@ __all__ = ["run", "step", "totals", "Report", "main"]
 GiB = float(1 << 30)
 MiB = float(1 << 20)
 
-_recorder = None  # the active _Recorder while run() executes a script
+def _active():
+    """The _Recorder of the run() in progress, or None. Kept on the torchtpu package: under
+    `python -m torchtpu.report` this file runs as __main__ while the script imports
+    torchtpu.report, a second copy of it."""
+    import torchtpu
+    return getattr(torchtpu, "_report_recorder", None)
+
+
+def _set_active(rec) -> None:
+    import torchtpu
+    torchtpu._report_recorder = rec
 
 
 def step() -> None:
     """Marks the end of a training step (when the script has no optimizer.step())."""
-    if _recorder is not None:
-        _recorder.mark(explicit=True)
+    rec = _active()
+    if rec is not None:
+        rec.mark(explicit=True)
 
 
 def totals(device: int = 0) -> dict:
@@ -146,7 +157,9 @@ class Report:
                  f"  {'op':<34}{'calls':>6}{'time':>11}{'share':>7}{'FLOP/B':>9}  roofline"]
         for o in s["ops"][:top]:
             bound = ("overhead-bound" if o["bound"] == "overhead" else f"{o['bound']}-bound")
-            lines.append(f"  {o['name'][:34]:<34}{o['calls']:>6.0f}{o['seconds'] * 1e6:>9.1f}us"
+            calls = f"{o['calls']:.0f}" if abs(o["calls"] - round(o["calls"])) < 1e-9 else \
+                f"{o['calls']:.1f}"
+            lines.append(f"  {o['name'][:34]:<34}{calls:>6}{o['seconds'] * 1e6:>9.1f}us"
                          f"{100 * o['share']:>6.1f}%{o['intensity']:>9.1f}  {bound}")
         lines.append("hints:")
         lines.extend(f"  - {h}" for h in s["hints"] or ["none: no padding waste found"])
@@ -327,7 +340,6 @@ def _analyze(rec: _Recorder, gens: Sequence[str], oom_error: Optional[str], scri
 def run(script: str, args: Sequence[str] = (), compare: Optional[Sequence[str]] = None) -> Report:
     """Runs |script| with |args| in this process and returns its Report for the generations
     in |compare| (default: the process's generation)."""
-    global _recorder
     import torch
     import torchtpu  # noqa: F401
     from torchtpu import _C
@@ -341,8 +353,10 @@ def run(script: str, args: Sequence[str] = (), compare: Optional[Sequence[str]] 
     was_detail = _C._cost_set_detail(True)
     for d in range(_C._device_count()):
         torch.tpu.reset_peak_memory_stats(d)
+    if _active() is not None:
+        raise RuntimeError("torchtpu.report.run: a report is already running")
     rec = _Recorder()
-    _recorder = rec
+    _set_active(rec)
     from torch.optim.optimizer import register_optimizer_step_post_hook
     handle = register_optimizer_step_post_hook(
         lambda *a, **k: rec.mark(explicit=False))
@@ -359,7 +373,7 @@ def run(script: str, args: Sequence[str] = (), compare: Optional[Sequence[str]] 
     finally:
         sys.argv = argv
         handle.remove()
-        _recorder = None
+        _set_active(None)
         _C._cost_set_detail(was_detail)
     return _analyze(rec, gens, oom, script)
 

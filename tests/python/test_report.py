@@ -80,7 +80,9 @@ def test_report_says_which_generation_would_run_out_of_memory(tmp_path):
          str(script)], env=subprocess_env(), cwd=ROOT, capture_output=True, text=True,
         timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
-    gens = json.load(open(js))["generations"]
+    rep = json.load(open(js))
+    assert rep["steps"] == 1   # the script's torchtpu.report.step() reached the CLI's run
+    gens = rep["generations"]
     assert not gens["v5e"]["fits"] and gens["v5p"]["fits"]   # 16 GiB vs 95 GiB
     assert "WOULD NOT FIT" in res.stdout and "NO (would OOM)" in res.stdout
 
