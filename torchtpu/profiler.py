@@ -31,6 +31,7 @@ from torchtpu import _C
 __all__ = ["profile", "device_events", "chrome_trace_events"]
 
 _ORIGIN = "torchtpu::trace_origin"
+_MAX_CHIPS = 64  # TPU_COST_MAX_CHIPS
 
 
 class _Session:
@@ -39,13 +40,17 @@ class _Session:
     def __init__(self):
         self.was_detail = _C._cost_set_detail(True)
         self.first = _C._cost_timeline_len()
-        n = _C._device_count()
-        active = _C._cost_active_gen()
-        self.clock0 = [_C._cost_totals(d)["clock"][active] for d in range(n)]
-        self.gen = _C._chip_specs()[active]["name"]
+        # every chip's clock, without initializing the runtime (a CPU-only profile must not
+        # create the chips: a later fork would make them unusable in the child)
+        self.clock0 = [_C._cost_totals(d)["clock"] for d in range(_MAX_CHIPS)]
         with torch.profiler.record_function(_ORIGIN):
             self.origin_ns = _C._cost_host_ns()
         self.events: Optional[List[tuple]] = None
+
+    @property
+    def gen(self) -> str:
+        """The generation of the process's chips (known once an op has been compiled)."""
+        return _C._chip_specs()[_C._cost_active_gen()]["name"]
 
     def close(self):
         if self.events is None:
@@ -61,8 +66,9 @@ def device_events(session: _Session) -> List[dict]:
     """The session's modelled device events: device, name, start/end (s from the session
     start on the chip's modelled clock), flops, bytes, host_ns."""
     out = []
+    active = _C._cost_active_gen()
     for dev, _eid, name, start, end, flops, nbytes, host_ns in session.current_events():
-        base = session.clock0[dev] if dev < len(session.clock0) else 0.0
+        base = session.clock0[dev][active] if dev < len(session.clock0) else 0.0
         out.append({"device": dev, "name": name, "start": start - base, "end": end - base,
                     "flops": flops, "bytes": nbytes, "host_ns": host_ns})
     return out

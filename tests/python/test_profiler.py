@@ -62,3 +62,4 @@ def test_torch_profiler_gets_the_device_lanes_too(tmp_path):
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
     check_trace(path)
+
