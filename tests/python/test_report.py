@@ -91,8 +91,8 @@ def test_out_of_memory_error_names_the_largest_tensors_and_their_ops():
     msg = run_json("""
         import torch
         big = torch.empty(6 * 2**30, dtype=torch.uint8, device="tpu")
-        x = torch.zeros(2**28, device="tpu")          # 1 GiB
-        y = x + 1                                     # 1 GiB
+        x = torch.zeros(2**24, device="tpu")          # 64 MiB
+        y = x + 1                                     # 64 MiB
         w = torch.randn(1000, 1000, device="tpu")
         try:
             torch.empty(12 * 2**30, dtype=torch.uint8, device="tpu")
@@ -104,6 +104,6 @@ def test_out_of_memory_error_names_the_largest_tensors_and_their_ops():
     assert "Largest live tensors on tpu:0:" in msg
     lines = msg.split("Largest live tensors on tpu:0:")[1].strip().splitlines()
     assert lines[0].split() [:3] == ["6.00", "GiB", "Byte[6442450944]"]
-    assert "1.00 GiB  Float[268435456]  created by aten::add" in msg
-    assert "1.00 GiB  Float[268435456]  created by aten::zero_" in msg
+    assert "64.00 MiB  Float[16777216]  created by aten::add" in msg
+    assert "64.00 MiB  Float[16777216]  created by aten::zero_" in msg
     assert "Float[1000, 1000]  created by aten::normal_" in msg
