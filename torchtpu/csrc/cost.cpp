@@ -87,10 +87,7 @@ AllocContext &alloc_context() {
 }
 
 void name_pending(AllocContext &ctx, const char *op) {
-  tpu_device_t *dev = nullptr;
-  if (tpu_device_get(ctx.pending_device, &dev) == TPU_OK) {
-    tpu_caching_set_tag_op(tpu_device_allocator(dev), ctx.pending, op);
-  }
+  tpu_caching_set_tag_op(ctx.pending_allocator, ctx.pending, op);
   ctx.pending = nullptr;
 }
 

@@ -14,6 +14,7 @@
 #include <c10/util/ArrayRef.h>
 
 extern "C" {
+#include "tpu/caching_allocator.h"
 #include "tpu/compiler.h"
 #include "tpu/ir.h"
 }
@@ -29,9 +30,10 @@ struct AllocContext {
   size_t rank = 0;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   // The last allocation made outside any op (a composite kernel's empty() before the out=
-  // kernel that fills it): the next op on this thread names it.
+  // kernel that fills it): the next op on this thread names it. The allocator lives as
+  // long as the runtime, which the bridge never shuts down.
   const void *pending = nullptr;
-  int pending_device = 0;
+  tpu_caching_allocator_t *pending_allocator = nullptr;
 };
 AllocContext &alloc_context();         // this thread's
 void name_pending(AllocContext &ctx, const char *op);  // tags ctx.pending with |op|

@@ -147,7 +147,7 @@ struct TpuAllocator final : c10::Allocator {
     if (!ctx.op) {  // the op that fills it is not known yet: the next op names it
       cost::AllocContext &c = cost::alloc_context();
       c.pending = ptr;
-      c.pending_device = index;
+      c.pending_allocator = tpu_device_allocator(dev);
     }
     return {ptr, ptr, &tpu_delete, c10::Device(kTpu, index)};
   }
