@@ -23,7 +23,7 @@ CORE_SRCS := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 TEST_SRCS := $(sort $(wildcard tests/c/test_*.c))
 
 define variant_rules
-build/$(1)/%.o: %.c $(wildcard include/tpu/*.h include/tpu/*.def src/*/*.h src/*/*/*.h) tests/c/check.h
+build/$(1)/%.o: %.c $(wildcard include/tpu/*.h include/tpu/*.def src/*/*.h src/*/*/*.h) $(wildcard tests/c/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CFLAGS_COMMON) $$(CFLAGS_$(1)) -c $$< -o $$@
 

@@ -1,6 +1,10 @@
 /* compiler.h: graph -> vTPU executable, and the executable cache.
  *
- * tpu_compile turns a verified graph into a list of kernel steps over planned buffers:
+ * tpu_compile first optimizes the graph (include/tpu/passes.h: simplify, fold, cse, dce),
+ * then fuses elementwise chains, reductions with the chain computing their operand, and
+ * matmuls / convolutions / reductions with their elementwise epilogue into single kernel
+ * steps that keep intermediates in registers and cache (src/compiler/fuse.h), then turns
+ * the result into a list of kernel steps over planned buffers:
  * parameters and outputs are bound at run time to caller pointers (with the strides the
  * graph recorded), layout ops (reshape of a dense value, transpose, broadcast_in_dim,
  * slice, reverse) become strided views instead of copies where their consumers read
@@ -19,6 +23,7 @@
 
 #include "tpu/allocator.h"
 #include "tpu/ir.h"
+#include "tpu/passes.h"
 #include "tpu/status.h"
 #include "tpu/threadpool.h"
 
@@ -32,6 +37,9 @@ typedef struct tpu_compile_options {
   /* Output |i| may share memory with an input: its producer writes into scratch and a
    * final copy writes the output (bit i of the mask; outputs >= 64 always copy). */
   uint64_t output_may_alias_input;
+  /* TPU_PASS_* bits (include/tpu/passes.h) of passes NOT to run; 0 (the default of a
+   * zeroed struct) runs them all, TPU_PASS_ALL none (the graph compiled as built). */
+  uint32_t disable_passes;
 } tpu_compile_options_t;
 
 /* Compiles |g| (verified first: a malformed graph fails with its verifier message). */
@@ -48,6 +56,23 @@ size_t tpu_executable_scratch_bytes(const tpu_executable_t *exe);
 /* Sum of the sizes of all intermediates, i.e. the scratch a plan without reuse needs. */
 size_t tpu_executable_unplanned_bytes(const tpu_executable_t *exe);
 int tpu_executable_num_steps(const tpu_executable_t *exe);
+/* Kernel launches per run: one per step (a fused step is one kernel however many ops it
+ * computes; copies into outputs count). */
+int tpu_executable_num_kernels(const tpu_executable_t *exe);
+/* Steps that are fused kernels (each computes two or more graph nodes). */
+int tpu_executable_num_fused(const tpu_executable_t *exe);
+/* What the graph passes did (nodes before and after, rewrites per pass). */
+void tpu_executable_pass_stats(const tpu_executable_t *exe, tpu_pass_stats_t *out_stats);
+/* The compiled steps as text, one line per step, e.g. for a layer norm:
+ *   "0: FUSED(REDUCE,MUL) f32[8] -> output 1"
+ *   "1: FUSED(SUB,MUL,REDUCE,MUL,ADD,RSQRT,MUL,MUL,ADD) f32[8] -> output 2,
+ *       side f32[8,64] -> scratch, tail f32[8,64] -> output 0"   (one line)
+ * and "DOT_GENERAL f32[8,16] -> output 1", "COPY f32[8] -> output 2" for unfused steps. A
+ * fused step lists the ops of its nodes (its side group's, its own, its tail group's) and
+ * every tensor it writes. NUL-terminated, allocated with |host| (free with host.free);
+ * *out_len (may be NULL) is its length. */
+tpu_status_t tpu_executable_describe(const tpu_executable_t *exe, tpu_allocator_t host,
+                                     char **out_text, size_t *out_len);
 /* Output |i|'s dtype, shape and layout (false: dense; else strides copied out). */
 tpu_dtype_t tpu_executable_output_dtype(const tpu_executable_t *exe, int i);
 const tpu_shape_t *tpu_executable_output_shape(const tpu_executable_t *exe, int i);

@@ -1,18 +1,32 @@
 /* compile.c: graph -> executable (see include/tpu/compiler.h).
  *
- * One pass over the nodes decides where each value lives:
+ * First the graph passes (include/tpu/passes.h) give an optimized graph, and fusion
+ * planning (fuse.h) groups its nodes into fused steps. Then one pass over the nodes
+ * decides where each value lives:
  *   - parameters are views of inputs (with the graph's strides);
  *   - transpose, broadcast_in_dim, slice, reverse, and reshapes whose strides allow it are
  *     views of their operand (no step, no memory);
  *   - every other node gets a step and a buffer: the output buffer when it is a graph
  *     output that can be written directly, else a dense scratch buffer.
+ *   - nodes inside a fused group have no value of their own; the group's root gets one
+ *     STEP_FUSED step (reading the group's inputs) and a buffer like any other step;
+ *   - with fusion on, nodes no step reads (constants a program holds) get no step.
  * Outputs that are parameters, views, repeated, or may alias inputs get a final COPY step.
- * Scratch offsets are then assigned by liveness (first fit among live buffers).
+ * Scratch offsets are then assigned by the memory planning pass (plan_memory.h).
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compiler/executable.h"
+#include "compiler/fuse.h"
+#include "compiler/plan_memory.h"
+#include "tpu/passes.h"
+
+/* Elements of a prologue chunk (f32: 256 KiB), so a fused reduction's operand stays in the
+ * core's cache instead of being written whole. */
+#define FUSE_CHUNK_ELEMS ((int64_t)1 << 16)
 
 #define SCRATCH_ALIGN 64
 
@@ -23,11 +37,7 @@ typedef struct value_info {
   int last_use;         /* index of the last node that reads it; num_nodes for outputs */
 } value_info_t;
 
-typedef struct buffer {
-  size_t bytes;
-  int first, last;      /* node indices: defined at |first|, last read at |last| */
-  size_t offset;
-} buffer_t;
+typedef plan_buffer_t buffer_t; /* node positions: defined at |first|, last read at |last| */
 
 typedef struct compile_state {
   const tpu_graph_t *g;
@@ -38,6 +48,7 @@ typedef struct compile_state {
   int num_buffers;
   step_t *steps;
   int num_steps, cap_steps;
+  fuse_plan_t plan;
 } compile_state_t;
 
 /* ---- views ------------------------------------------------------------------------------ */
@@ -197,12 +208,12 @@ static tpu_status_t push_step(compile_state_t *cs, step_kind_t kind, const tpu_n
   return TPU_OK;
 }
 
-static tpu_status_t new_buffer(compile_state_t *cs, const tpu_node_t *node, int def,
-                               int *out_index) {
+static tpu_status_t new_buffer_of(compile_state_t *cs, tpu_dtype_t dtype,
+                                  const tpu_shape_t *shape, int def, int *out_index) {
   int64_t numel;
   size_t bytes;
-  if (!tpu_shape_numel(&node->shape, &numel) ||
-      !tpu_size_mul((size_t)numel, tpu_dtype_size(node->dtype), &bytes) ||
+  if (!tpu_shape_numel(shape, &numel) ||
+      !tpu_size_mul((size_t)numel, tpu_dtype_size(dtype), &bytes) ||
       !tpu_size_align_up(bytes ? bytes : 1, SCRATCH_ALIGN, &bytes)) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "compile: buffer size overflows");
   }
@@ -214,30 +225,15 @@ static tpu_status_t new_buffer(compile_state_t *cs, const tpu_node_t *node, int 
   return TPU_OK;
 }
 
-/* Assigns offsets so that buffers alive at the same time never overlap. */
+static tpu_status_t new_buffer(compile_state_t *cs, const tpu_node_t *node, int def,
+                               int *out_index) {
+  return new_buffer_of(cs, node->dtype, &node->shape, def, out_index);
+}
+
+/* The memory planning pass, then the planned offsets into the steps' views. */
 static tpu_status_t plan_offsets(compile_state_t *cs, size_t *out_peak, size_t *out_total) {
-  size_t peak = 0, total = 0;
-  for (int i = 0; i < cs->num_buffers; i++) {
-    buffer_t *b = &cs->buffers[i];
-    if (!tpu_size_add(total, b->bytes, &total)) {
-      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "compile: scratch size overflows");
-    }
-    size_t offset = 0;
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (int j = 0; j < i; j++) {
-        const buffer_t *o = &cs->buffers[j];
-        bool live_together = o->first <= b->last && b->first <= o->last;
-        bool overlap = offset < o->offset + o->bytes && o->offset < offset + b->bytes;
-        if (live_together && overlap) {
-          offset = o->offset + o->bytes;
-          moved = true;
-        }
-      }
-    }
-    b->offset = offset;
-    if (offset + b->bytes > peak) peak = offset + b->bytes;
-  }
+  TPU_RETURN_IF_ERROR(tpu_plan_memory(cs->buffers, cs->num_buffers, cs->host, out_peak,
+                                      out_total));
   for (int s = 0; s < cs->num_steps; s++) {
     step_t *st = &cs->steps[s];
     if (st->out.base == BASE_SCRATCH) st->out.scratch_offset = cs->buffers[st->out.index].offset;
@@ -246,9 +242,148 @@ static tpu_status_t plan_offsets(compile_state_t *cs, size_t *out_peak, size_t *
         st->in[i].scratch_offset = cs->buffers[st->in[i].index].offset;
       }
     }
+    fused_t *f = st->fused;
+    if (f && f->has_pre) f->chunk.scratch_offset = cs->buffers[f->chunk.index].offset;
+    if (f && f->has_side && f->side_out.base == BASE_SCRATCH) {
+      f->side_out.scratch_offset = cs->buffers[f->side_out.index].offset;
+    }
+    if (f && f->has_tail && f->tail_out.base == BASE_SCRATCH) {
+      f->tail_out.scratch_offset = cs->buffers[f->tail_out.index].offset;
+    }
   }
-  *out_peak = peak;
-  *out_total = total;
+  return TPU_OK;
+}
+
+static void free_fused(tpu_allocator_t host, fused_t *f) {
+  if (!f) return;
+  tpu_allocator_free(host, f->ops);
+  tpu_allocator_free(host, f->pre);
+  tpu_allocator_free(host, f->post);
+  tpu_allocator_free(host, f->side);
+  tpu_allocator_free(host, f->tail);
+  tpu_allocator_free(host, f);
+}
+
+/* Slices of dim 0 per chunk of a REDUCE head's row-wise loop (operand |x|): whole rows
+ * adding up to about FUSE_CHUNK_ELEMS elements when dim 0 is kept, else all of them. */
+static int64_t chunk_rows_of(const tpu_node_t *head, const tpu_node_t *x) {
+  int64_t numel = 1, rows = x->shape.dims[0];
+  tpu_shape_numel(&x->shape, &numel);
+  if (head->attrs.reduce.dims[0] || rows <= 0) return rows;
+  int64_t row = numel / rows;
+  int64_t k = row >= FUSE_CHUNK_ELEMS ? 1 : FUSE_CHUNK_ELEMS / row;
+  return k > rows ? rows : k;
+}
+
+/* The view of value |w|, written by the step at position |at| (a fused step's side or tail
+ * result): its output buffer if it may be written directly (programs write any strides),
+ * else a dense scratch buffer; |chunk_rows| > 0: a private side result, one chunk of rows. */
+static tpu_status_t assign_written_view(compile_state_t *cs, tpu_value_t w, int at, int *direct,
+                                        int64_t chunk_rows) {
+  const tpu_node_t *node = tpu_graph_node(cs->g, w);
+  value_info_t *info = &cs->values[w];
+  int o = direct[w];
+  int64_t ostrides[TPU_MAX_RANK];
+  info->buffer = -1;
+  if (chunk_rows > 0) {
+    tpu_shape_t cshape = node->shape;
+    cshape.dims[0] = chunk_rows;
+    int b = -1;
+    TPU_RETURN_IF_ERROR(new_buffer_of(cs, node->dtype, &cshape, at, &b));
+    info->view = make_view(BASE_SCRATCH, b, node->dtype, &cshape, NULL);
+    info->buffer = b;
+  } else if (o >= 0) {
+    bool ostrided = tpu_graph_output_strides(cs->g, o, ostrides);
+    info->view = make_view(BASE_OUTPUT, o, node->dtype, &node->shape, ostrided ? ostrides : NULL);
+  } else {
+    int b = -1;
+    TPU_RETURN_IF_ERROR(new_buffer(cs, node, at, &b));
+    info->view = make_view(BASE_SCRATCH, b, node->dtype, &node->shape, NULL);
+    info->buffer = b;
+  }
+  info->has_view = true;
+  return TPU_OK;
+}
+
+/* Gives a layout node that comes later in the graph its view now (a tail reads it early). */
+static tpu_status_t ensure_view(compile_state_t *cs, tpu_value_t w, int depth) {
+  value_info_t *info = &cs->values[w];
+  if (info->has_view) return TPU_OK;
+  const tpu_node_t *node = tpu_graph_node(cs->g, w);
+  if (depth > 16 || tpu_op_family(node->op) != TPU_FAMILY_SHAPE || node->num_operands != 1) {
+    return tpu_status_set(TPU_ERR_INTERNAL, "compile: fused tail input %d has no view", (int)w);
+  }
+  TPU_RETURN_IF_ERROR(ensure_view(cs, node->operands[0], depth + 1));
+  const value_info_t *in = &cs->values[node->operands[0]];
+  view_t lv;
+  if (!layout_view(node, &in->view, &lv)) {
+    return tpu_status_set(TPU_ERR_INTERNAL, "compile: fused tail input %d is not a view", (int)w);
+  }
+  info->view = lv;
+  info->has_view = true;
+  info->buffer = in->buffer;
+  return TPU_OK;
+}
+
+/* The STEP_FUSED for the group whose root is |v| (its output view is already decided). */
+static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
+                                    const tpu_node_t *head, tpu_value_t v) {
+  const tpu_graph_t *g = cs->g;
+  const tpu_node_t *root = tpu_graph_node(g, v);
+  fused_t *f = NULL;
+  TPU_RETURN_IF_ERROR(
+      tpu_allocator_calloc(cs->host, 1, sizeof *f, "compile", (void **)&f));
+  *f = fs->f;
+  f->ops = NULL;
+  tpu_status_t st = tpu_allocator_calloc(cs->host, (size_t)f->num_ops + 1, sizeof *f->ops,
+                                         "compile", (void **)&f->ops);
+  tpu_ew_program_t **progs[4] = {&f->pre, &f->post, &f->side, &f->tail};
+  for (int k = 0; k < 4; k++) {
+    *progs[k] = NULL;
+    if (st != TPU_OK || fs->prog[k] < 0) continue;
+    st = tpu_allocator_calloc(cs->host, 1, sizeof **progs[k], "compile", (void **)progs[k]);
+    if (st == TPU_OK) **progs[k] = cs->plan.progs[fs->prog[k]];
+  }
+  if (st == TPU_OK) {
+    const fuse_group_t *host = &cs->plan.groups[fs->group];
+    int order[3] = {host->side, fs->group, host->tail}, k = 0;
+    for (int j = 0; j < 3; j++) {
+      if (order[j] < 0) continue;
+      const fuse_group_t *gr = &cs->plan.groups[order[j]];
+      for (int i = 0; i < gr->count && k < f->num_ops; i++) {
+        f->ops[k++] = tpu_graph_node(g, cs->plan.members[gr->first + i])->op;
+      }
+    }
+    if (f->has_side) f->side_out = cs->values[fs->side_root].view;
+    if (f->has_tail) f->tail_out = cs->values[fs->tail_root].view;
+  }
+  if (st == TPU_OK && (f->has_pre || f->has_side || f->has_tail)) {
+    /* chunks: whole slices of dim 0 when dim 0 is kept, else everything; the prologue
+     * writes each chunk of the reduced operand to a small scratch buffer */
+    const tpu_node_t *x = tpu_graph_node(g, head->operands[0]);
+    f->rows = x->shape.dims[0];
+    f->chunk_rows = chunk_rows_of(head, x);
+    tpu_shape_t cshape = x->shape;
+    cshape.dims[0] = f->chunk_rows;
+    int b = -1;
+    if (f->has_pre) st = new_buffer_of(cs, x->dtype, &cshape, v, &b);
+    if (st == TPU_OK && f->has_pre) f->chunk = make_view(BASE_SCRATCH, b, x->dtype, &cshape, NULL);
+  }
+  if (st == TPU_OK && fs->side_private) {
+    f->side_private = true;
+    for (int i = 0; i < fs->num_inputs && i < 64; i++) {
+      if (fs->inputs[i] == fs->side_root) f->chunk_inputs |= 1ull << i;
+    }
+  }
+  if (st == TPU_OK) {
+    st = push_step(cs, STEP_FUSED, head ? head : root, v, &cs->values[v].view, fs->inputs,
+                   fs->num_inputs, NULL);
+  }
+  if (st != TPU_OK) {
+    free_fused(cs->host, f);
+    return st;
+  }
+  cs->steps[cs->num_steps - 1].fused = f;
   return TPU_OK;
 }
 
@@ -258,9 +393,16 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
   const tpu_graph_t *g = cs->g;
   int num_outputs = tpu_graph_num_outputs(g);
 
-  /* liveness: last reader of each value */
+  const fuse_plan_t *plan = &cs->plan;
+  /* liveness: last reader of each value (a fused step reads its inputs at its root) */
   for (int v = 0; v < cs->n; v++) cs->values[v].last_use = v;
   for (int v = 0; v < cs->n; v++) {
+    if (!plan->needed[v] || tpu_fuse_elsewhere(plan, v)) continue;
+    const fuse_step_t *fs = tpu_fuse_step_at(plan, v);
+    if (fs) {
+      for (int i = 0; i < fs->num_inputs; i++) cs->values[fs->inputs[i]].last_use = v;
+      continue;
+    }
     const tpu_node_t *node = tpu_graph_node(g, v);
     for (int i = 0; i < node->num_operands; i++) cs->values[node->operands[i]].last_use = v;
   }
@@ -280,7 +422,15 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
   for (int v = 0; v < cs->n && st == TPU_OK; v++) {
     const tpu_node_t *node = tpu_graph_node(g, v);
     value_info_t *info = &cs->values[v];
+    if (node->op != TPU_OP_PARAMETER && tpu_fuse_elsewhere(plan, v) &&
+        !tpu_fuse_internal(plan, v)) {
+      continue; /* an attached group's root: its host step (before or after) gives the view */
+    }
     info->buffer = -1;
+    if (node->op != TPU_OP_PARAMETER && (!plan->needed[v] || tpu_fuse_internal(plan, v))) {
+      direct[v] = -1; /* computed inside a fused step, or read by no step */
+      continue;
+    }
     if (node->op == TPU_OP_PARAMETER) {
       const tpu_param_attrs_t *p = &node->attrs.param;
       info->view = make_view(BASE_INPUT, p->index, node->dtype, &node->shape,
@@ -301,10 +451,22 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
       }
     }
     /* a step: into the output buffer if allowed, else a dense scratch buffer */
+    const fuse_step_t *fs = tpu_fuse_step_at(plan, v);
+    const tpu_node_t *head =
+        fs && fs->f.has_head ? tpu_graph_node(g, plan->groups[fs->group].head) : NULL;
+    if (fs && fs->side_root != TPU_NO_VALUE) {
+      int64_t private_rows = 0;
+      if (fs->side_private) {
+        private_rows = chunk_rows_of(head, tpu_graph_node(g, head->operands[0]));
+        direct[fs->side_root] = -1;
+      }
+      st = assign_written_view(cs, fs->side_root, v, direct, private_rows);
+      if (st != TPU_OK) break;
+    }
     int o = direct[v];
     int64_t ostrides[TPU_MAX_RANK];
     bool ostrided = o >= 0 && tpu_graph_output_strides(g, o, ostrides);
-    if (o >= 0 && (!ostrided || writes_strided_output(node->op))) {
+    if (o >= 0 && (!ostrided || writes_strided_output(head ? head->op : node->op))) {
       info->view = make_view(BASE_OUTPUT, o, node->dtype, &node->shape,
                              ostrided ? ostrides : NULL);
     } else {
@@ -316,8 +478,20 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
       info->buffer = b;
     }
     info->has_view = true;
-    st = push_step(cs, STEP_NODE, node, v, &info->view, node->operands, node->num_operands,
-                   NULL);
+    if (fs && fs->tail_root != TPU_NO_VALUE) {
+      st = assign_written_view(cs, fs->tail_root, v, direct, 0);
+      /* the tail reads this step's result through broadcasts that come later in the graph */
+      for (int i = 0; st == TPU_OK && i < fs->f.num_tail_in; i++) {
+        st = ensure_view(cs, fs->inputs[fs->f.tail_in + i], 0);
+      }
+      if (st != TPU_OK) break;
+    }
+    if (fs) {
+      st = push_fused_step(cs, fs, head, v);
+    } else {
+      st = push_step(cs, STEP_NODE, node, v, &info->view, node->operands, node->num_operands,
+                     NULL);
+    }
   }
   /* buffer lifetimes: a buffer lives until the last read of any value it backs */
   for (int v = 0; v < cs->n && st == TPU_OK; v++) {
@@ -342,17 +516,16 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
 }
 
 static void free_steps(tpu_allocator_t host, step_t *steps, int n) {
-  for (int i = 0; i < n; i++) tpu_allocator_free(host, steps[i].in);
+  for (int i = 0; i < n; i++) {
+    tpu_allocator_free(host, steps[i].in);
+    free_fused(host, steps[i].fused);
+  }
   tpu_allocator_free(host, steps);
 }
 
-tpu_status_t tpu_compile(const tpu_graph_t *g, const tpu_compile_options_t *options,
-                         tpu_allocator_t host, tpu_executable_t **out_exe) {
-  if (tpu_graph_status(g) != TPU_OK) {
-    return tpu_status_set(tpu_graph_status(g), "compile: the graph has a build error: %s",
-                          tpu_graph_error_message(g));
-  }
-  TPU_RETURN_IF_ERROR(tpu_graph_verify(g));
+/* Compiles a verified (and optimized) graph into *out_exe. */
+static tpu_status_t compile_graph(const tpu_graph_t *g, const tpu_compile_options_t *options,
+                                  bool fuse, tpu_allocator_t host, tpu_executable_t **out_exe) {
   compile_state_t cs;
   memset(&cs, 0, sizeof cs);
   cs.g = g;
@@ -363,10 +536,12 @@ tpu_status_t tpu_compile(const tpu_graph_t *g, const tpu_compile_options_t *opti
   tpu_status_t st = tpu_allocator_calloc(host, (size_t)cs.n + 1, sizeof *cs.values, "compile",
                                          (void **)&cs.values);
   if (st == TPU_OK) {
-    st = tpu_allocator_calloc(host, (size_t)cs.n + 1, sizeof *cs.buffers, "compile",
+    st = tpu_allocator_calloc(host, (size_t)cs.n * 2 + 1, sizeof *cs.buffers, "compile",
                               (void **)&cs.buffers);
   }
+  if (st == TPU_OK) st = tpu_fuse_plan(g, fuse, host, &cs.plan);
   if (st == TPU_OK) st = compile_nodes(&cs, options);
+  tpu_fuse_plan_free(&cs.plan, host);
   size_t peak = 0, total = 0;
   if (st == TPU_OK) st = plan_offsets(&cs, &peak, &total);
   if (st == TPU_OK) st = tpu_allocator_calloc(host, 1, sizeof *exe, "compile", (void **)&exe);
@@ -419,6 +594,32 @@ tpu_status_t tpu_compile(const tpu_graph_t *g, const tpu_compile_options_t *opti
   return TPU_OK;
 }
 
+tpu_status_t tpu_compile(const tpu_graph_t *g, const tpu_compile_options_t *options,
+                         tpu_allocator_t host, tpu_executable_t **out_exe) {
+  if (!g || !out_exe) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "compile: graph or out_exe is NULL");
+  }
+  if (tpu_graph_status(g) != TPU_OK) {
+    return tpu_status_set(tpu_graph_status(g), "compile: the graph has a build error: %s",
+                          tpu_graph_error_message(g));
+  }
+  TPU_RETURN_IF_ERROR(tpu_graph_verify(g));
+  uint32_t passes = TPU_PASS_ALL & ~(options ? options->disable_passes : 0u);
+  const uint32_t graph_passes = TPU_PASS_SIMPLIFY | TPU_PASS_FOLD | TPU_PASS_CSE | TPU_PASS_DCE;
+  tpu_graph_t *opt = NULL;
+  tpu_pass_stats_t stats;
+  memset(&stats, 0, sizeof stats);
+  stats.nodes_in = stats.nodes_out = tpu_graph_num_nodes(g);
+  if (passes & graph_passes) {
+    TPU_RETURN_IF_ERROR(tpu_passes_run(g, passes, host, &opt, &stats));
+  }
+  tpu_status_t st = compile_graph(opt ? opt : g, options, (passes & TPU_PASS_FUSE) != 0, host,
+                                  out_exe);
+  tpu_graph_destroy(opt);
+  if (st == TPU_OK) (*out_exe)->pass_stats = stats;
+  return st;
+}
+
 void tpu_executable_retain(tpu_executable_t *exe) {
   if (exe) atomic_fetch_add(&exe->refcount, 1);
 }
@@ -459,5 +660,112 @@ tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs
   for (int i = 0; i < exe->num_steps; i++) {
     TPU_RETURN_IF_ERROR(tpu_step_run(&exe->steps[i], inputs, outputs, scratch, pool));
   }
+  return TPU_OK;
+}
+
+int tpu_executable_num_kernels(const tpu_executable_t *exe) { return exe->num_steps; }
+
+int tpu_executable_num_fused(const tpu_executable_t *exe) {
+  int k = 0;
+  for (int i = 0; i < exe->num_steps; i++) k += exe->steps[i].kind == STEP_FUSED;
+  return k;
+}
+
+void tpu_executable_pass_stats(const tpu_executable_t *exe, tpu_pass_stats_t *out_stats) {
+  *out_stats = exe->pass_stats;
+}
+
+/* ---- describe ------------------------------------------------------------------------- */
+
+typedef struct text {
+  tpu_allocator_t host;
+  char *buf;
+  size_t len, cap;
+  tpu_status_t st;
+} text_t;
+
+static void text_put(text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void text_put(text_t *t, const char *fmt, ...) {
+  if (t->st != TPU_OK) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      t->st = tpu_status_set(TPU_ERR_INTERNAL, "describe: format error");
+      return;
+    }
+    if (t->buf && t->len + (size_t)n < t->cap) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = t->cap ? t->cap : 256;
+    while (cap <= t->len + (size_t)n) {
+      if (cap > SIZE_MAX / 2) {
+        t->st = tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "describe: text too large");
+        return;
+      }
+      cap *= 2;
+    }
+    char *grown = NULL;
+    t->st = tpu_allocator_calloc(t->host, cap, 1, "describe", (void **)&grown);
+    if (t->st != TPU_OK) return;
+    if (t->buf) memcpy(grown, t->buf, t->len + 1);
+    tpu_allocator_free(t->host, t->buf);
+    t->buf = grown;
+    t->cap = cap;
+  }
+}
+
+static void text_type(text_t *t, const view_t *v) {
+  text_put(t, "%s[", tpu_dtype_name(v->dtype));
+  for (int d = 0; d < v->rank; d++) text_put(t, "%s%lld", d ? "," : "", (long long)v->dims[d]);
+  text_put(t, "]");
+}
+
+tpu_status_t tpu_executable_describe(const tpu_executable_t *exe, tpu_allocator_t host,
+                                     char **out_text, size_t *out_len) {
+  if (!exe || !out_text) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "describe: exe or out_text is NULL");
+  }
+  text_t t = {host, NULL, 0, 0, TPU_OK};
+  text_put(&t, "%s", "");
+  for (int i = 0; i < exe->num_steps; i++) {
+    const step_t *s = &exe->steps[i];
+    text_put(&t, "%d: ", i);
+    if (s->kind == STEP_COPY) {
+      text_put(&t, "COPY ");
+    } else if (s->kind == STEP_FUSED) {
+      text_put(&t, "FUSED(");
+      for (int k = 0; k < s->fused->num_ops; k++) {
+        text_put(&t, "%s%s", k ? "," : "", tpu_op_name(s->fused->ops[k]));
+      }
+      text_put(&t, ") ");
+    } else {
+      text_put(&t, "%s ", tpu_op_name(s->op));
+    }
+    const view_t *outs[3] = {&s->out, NULL, NULL};
+    if (s->fused && s->fused->has_side) outs[1] = &s->fused->side_out;
+    if (s->fused && s->fused->has_tail) outs[2] = &s->fused->tail_out;
+    for (int k = 0; k < 3; k++) {
+      if (!outs[k]) continue;
+      if (k) text_put(&t, ", %s ", k == 1 ? "side" : "tail");
+      text_type(&t, outs[k]);
+      if (outs[k]->base == BASE_OUTPUT) {
+        text_put(&t, " -> output %d", outs[k]->index);
+      } else {
+        text_put(&t, " -> scratch");
+      }
+    }
+    text_put(&t, "\n");
+  }
+  if (t.st != TPU_OK) {
+    tpu_allocator_free(host, t.buf);
+    return t.st;
+  }
+  *out_text = t.buf;
+  if (out_len) *out_len = t.len;
   return TPU_OK;
 }

@@ -13,6 +13,8 @@
 
 #include "tpu/compiler.h"
 #include "tpu/kernels.h"
+#include "tpu/passes.h"
+#include "vtpu/kernels/ew_program.h"
 
 typedef enum view_base { BASE_INPUT, BASE_OUTPUT, BASE_SCRATCH } view_base_t;
 
@@ -27,7 +29,42 @@ typedef struct view {
   int64_t strides[TPU_MAX_RANK]; /* elements; 0 = broadcast, < 0 = reversed */
 } view_t;
 
-typedef enum step_kind { STEP_NODE, STEP_COPY } step_kind_t;
+typedef enum step_kind { STEP_NODE, STEP_COPY, STEP_FUSED } step_kind_t;
+
+/* A fused step (fuse.c): an optional head (REDUCE, DOT_GENERAL or CONVOLUTION; its
+ * attributes are the step's) with
+ *   - a prologue program computing the REDUCE operand chunk by chunk (chunk_rows slices of
+ *     dim 0 at a time into |chunk|, a small scratch buffer) so it never exists whole;
+ *   - an epilogue program over the head's result in place (its input 0), or, without a
+ *     head, the whole fused elementwise chain;
+ *   - for REDUCE heads, row-wise fusion: a side program that writes a value the reduction
+ *     reads (and others read later, e.g. softmax's exp(x - max)) and a tail program that
+ *     reads the reduction's result broadcast back over the rows (softmax's division, layer
+ *     norm's normalization), both run per chunk of rows, so the rows stay in cache.
+ * Per chunk: side -> prologue -> reduce -> epilogue -> tail.
+ * The step's inputs are, in order: the head's operands (none with a prologue or a side
+ * computing the operand), then the prologue's, epilogue's (after its bound input 0),
+ * side's and tail's inputs. */
+typedef struct fused {
+  bool has_head, has_pre, has_post, has_side, has_tail;
+  int num_head_in;
+  int pre_in, num_pre_in;      /* prologue inputs: in[pre_in ...] */
+  int post_in, num_post_in;    /* epilogue inputs: in[post_in ...] */
+  int side_in, num_side_in;
+  int tail_in, num_tail_in;
+  tpu_ew_program_t *pre, *post, *side, *tail; /* owned by the step; NULL when absent */
+  bool head_reads_side;        /* the REDUCE operand is the side program's result */
+  bool head_reshaped;          /* the head writes the out bytes with its own (dense) dims */
+  int head_rank;
+  int64_t head_dims[TPU_MAX_RANK];
+  view_t side_out, tail_out;   /* where the side and tail results go (whole tensors) */
+  bool side_private;           /* no one else reads the side result: side_out is one chunk */
+  uint64_t chunk_inputs;       /* bit i: input i is the private side result (one chunk) */
+  view_t chunk;                /* prologue chunk: the REDUCE operand's dtype, dims[0] = chunk_rows */
+  int64_t rows, chunk_rows;    /* the operand's dim 0, and the slices of it per chunk */
+  int num_ops;
+  tpu_op_t *ops;               /* (num_ops) the fused nodes' ops (describe) */
+} fused_t;
 
 typedef struct step {
   step_kind_t kind;
@@ -37,6 +74,7 @@ typedef struct step {
   view_t out;
   int num_in;
   view_t *in;                   /* num_in operand views */
+  fused_t *fused;               /* STEP_FUSED */
 } step_t;
 
 struct tpu_executable {
@@ -51,6 +89,7 @@ struct tpu_executable {
   size_t unplanned_bytes;       /* sum of all scratch buffers */
   int num_steps;
   step_t *steps;
+  tpu_pass_stats_t pass_stats;  /* what the graph passes did */
 };
 
 /* Runs one step (execute.c). */

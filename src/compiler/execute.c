@@ -5,6 +5,7 @@
  * slices) are copies into or out of strided views; scatter and dynamic_update_slice copy
  * their operand into the output first and update it in place. Scalar operands that steer
  * a step (rng seed and offset, dynamic-slice starts, the pad value) are read at run time.
+ * Fused steps run their head kernel and elementwise programs (fused_t in executable.h).
  * Errors are prefixed with the op and node, so a failure names what failed.
  */
 #include <stdio.h>
@@ -200,6 +201,119 @@ static tpu_status_t run_node(const step_t *s, tpu_buf_t *in, const tpu_buf_t *ou
   }
 }
 
+/* ---- fused steps (see fused_t in executable.h) ---------------------------------------- */
+
+static tpu_status_t run_program(const tpu_ew_program_t *p, const tpu_buf_t *bound,
+                                const tpu_buf_t *ins, int n, const tpu_buf_t *out,
+                                tpu_pool_t *pool) {
+  const tpu_buf_t *ptrs[TPU_EW_PROGRAM_MAX_INPUTS];
+  int k = 0;
+  if (bound) ptrs[k++] = bound;
+  for (int i = 0; i < n && k < TPU_EW_PROGRAM_MAX_INPUTS; i++) ptrs[k++] = &ins[i];
+  return tpu_kernel_ew_program(p, ptrs, out, pool);
+}
+
+/* |b| restricted to slices [r0, r0 + nr) of dim 0, if it spans the |rows| of dim 0 (inputs
+ * broadcast along dim 0, or of rank 0, are whole in every chunk). */
+static tpu_buf_t rows_of(const tpu_buf_t *b, int64_t rows, int64_t r0, int64_t nr) {
+  tpu_buf_t w = *b;
+  if (b->rank > 0 && b->dims[0] == rows) {
+    w.data = (char *)b->data + r0 * b->strides[0] * (int64_t)tpu_dtype_size(b->dtype);
+    w.dims[0] = nr;
+  }
+  return w;
+}
+
+/* The first |nr| slices of dim 0 of |b| (a chunk-sized buffer). */
+static tpu_buf_t first_rows(const tpu_buf_t *b, int64_t nr) {
+  tpu_buf_t w = *b;
+  w.dims[0] = nr;
+  return w;
+}
+
+static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *out,
+                              void *const *inputs, void *const *outputs, void *scratch,
+                              tpu_pool_t *pool) {
+  const fused_t *f = s->fused;
+  const tpu_attrs_t *a = &s->attrs;
+  if (!f->has_head) return run_program(f->post, NULL, in + f->post_in, f->num_post_in, out, pool);
+  /* the head's result: out itself, or out's (dense) bytes with the head's dims when the
+   * epilogue reads a reshape of it */
+  tpu_buf_t head_out = *out;
+  if (f->head_reshaped) {
+    head_out.rank = f->head_rank;
+    memcpy(head_out.dims, f->head_dims, sizeof head_out.dims);
+    int64_t st = 1;
+    for (int d = f->head_rank - 1; d >= 0; d--) {
+      head_out.strides[d] = st;
+      st *= f->head_dims[d];
+    }
+  }
+  if (f->has_pre || f->has_side || f->has_tail) {
+    /* chunks of dim-0 slices: side -> prologue -> reduce -> epilogue -> tail, so the rows
+     * a chunk computes are read back while they are still in cache */
+    tpu_buf_t chunk, side, tail;
+    if (f->has_pre) chunk = resolve(&f->chunk, inputs, outputs, scratch);
+    if (f->has_side) side = resolve(&f->side_out, inputs, outputs, scratch);
+    if (f->has_tail) tail = resolve(&f->tail_out, inputs, outputs, scratch);
+    bool split = !a->reduce.dims[0];
+    const int64_t rows = f->rows;
+    tpu_buf_t wins[TPU_EW_PROGRAM_MAX_INPUTS];
+    for (int64_t r0 = 0; r0 < rows; r0 += f->chunk_rows) {
+      int64_t nr = rows - r0 < f->chunk_rows ? rows - r0 : f->chunk_rows;
+      tpu_buf_t x, w;
+      /* chunk r0 of input i: a private side result holds only the current chunk */
+#define CHUNK_OF(i) (((f->chunk_inputs >> (i)) & 1) ? first_rows(&in[i], nr) \
+                                                    : rows_of(&in[i], rows, r0, nr))
+      if (f->has_side) {
+        w = f->side_private ? first_rows(&side, nr) : rows_of(&side, rows, r0, nr);
+        for (int i = 0; i < f->num_side_in; i++) wins[i] = CHUNK_OF(f->side_in + i);
+        TPU_RETURN_IF_ERROR(run_program(f->side, NULL, wins, f->num_side_in, &w, pool));
+      }
+      if (f->has_pre) {
+        x = chunk;
+        x.dims[0] = nr;
+        for (int i = 0; i < f->num_pre_in; i++) wins[i] = CHUNK_OF(f->pre_in + i);
+        TPU_RETURN_IF_ERROR(run_program(f->pre, NULL, wins, f->num_pre_in, &x, pool));
+      } else if (f->head_reads_side) {
+        x = w;
+      } else {
+        x = CHUNK_OF(0);
+      }
+      tpu_buf_t ho = split ? rows_of(&head_out, rows, r0, nr) : head_out;
+      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &x, a->reduce.dims, &ho, pool));
+      if (f->has_post) {
+        tpu_buf_t o = split ? rows_of(out, rows, r0, nr) : *out;
+        for (int i = 0; i < f->num_post_in; i++) wins[i] = rows_of(&in[f->post_in + i], rows, r0, nr);
+        TPU_RETURN_IF_ERROR(run_program(f->post, &o, wins, f->num_post_in, &o, pool));
+      }
+      if (f->has_tail) {
+        tpu_buf_t t = rows_of(&tail, rows, r0, nr);
+        for (int i = 0; i < f->num_tail_in; i++) wins[i] = CHUNK_OF(f->tail_in + i);
+        TPU_RETURN_IF_ERROR(run_program(f->tail, NULL, wins, f->num_tail_in, &t, pool));
+      }
+#undef CHUNK_OF
+    }
+    return TPU_OK;
+  }
+  switch (s->op) {
+    case TPU_OP_REDUCE:
+      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &in[0], a->reduce.dims, &head_out, pool));
+      break;
+    case TPU_OP_DOT_GENERAL:
+      TPU_RETURN_IF_ERROR(tpu_kernel_dot_general(&a->dot, &in[0], &in[1], &head_out, pool));
+      break;
+    case TPU_OP_CONVOLUTION:
+      TPU_RETURN_IF_ERROR(tpu_kernel_convolution(&a->conv, &in[0], &in[1], &head_out, pool));
+      break;
+    default:
+      return tpu_status_set(TPU_ERR_INTERNAL, "fused step: %s cannot head a fusion",
+                            tpu_op_name(s->op));
+  }
+  if (!f->has_post) return TPU_OK;
+  return run_program(f->post, out, in + f->post_in, f->num_post_in, out, pool);
+}
+
 tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *outputs,
                           void *scratch, tpu_pool_t *pool) {
   tpu_buf_t in[TPU_MAX_RANK + 2];
@@ -214,8 +328,9 @@ tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *out
   }
   for (int i = 0; i < s->num_in; i++) ins[i] = resolve(&s->in[i], inputs, outputs, scratch);
   tpu_buf_t out = resolve(&s->out, inputs, outputs, scratch);
-  tpu_status_t st = s->kind == STEP_COPY ? tpu_kernel_copy(&ins[0], &out, pool)
-                                         : run_node(s, ins, &out, pool);
+  tpu_status_t st = s->kind == STEP_COPY    ? tpu_kernel_copy(&ins[0], &out, pool)
+                    : s->kind == STEP_FUSED ? run_fused(s, ins, &out, inputs, outputs, scratch, pool)
+                                            : run_node(s, ins, &out, pool);
   if (st != TPU_OK) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", tpu_status_message());

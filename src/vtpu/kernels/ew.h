@@ -1,6 +1,6 @@
 /* ew.h: the machinery the fast elementwise kernels share (internal).
  *
- * - tpu_ew_iter_t: the iteration space of one output and up to three inputs over the
+ * - tpu_ew_iter_t: the iteration space of one output and up to eight inputs over the
  *   output's shape (inputs broadcast: a dim of size 1 or a rank-0 input gets stride 0).
  *   Init drops size-1 dims, then (unless the kernel needs row-major order, as iota and
  *   rng do) turns negative output strides positive and orders dims by output stride, and
@@ -19,7 +19,7 @@
 #include "vtpu/kernels/ew_scalar.h"
 #include "vtpu/kernels/vec.h"
 
-#define TPU_EW_MAX_OPERANDS 4
+#define TPU_EW_MAX_OPERANDS 9 /* an output and up to 8 inputs (fused programs) */
 #define TPU_EW_GRAIN 32768
 #define TPU_EW_BLOCK 512
 /* Outputs of at least this many bytes are written with non-temporal stores where the

@@ -8,6 +8,8 @@
  */
 #include "vtpu/kernels/ew_program.h"
 
+#include <math.h>
+
 #include "vtpu/kernels/ew.h"
 
 #define KERNEL "kernel_ew_program"
@@ -20,6 +22,45 @@ typedef struct program_ctx {
   int last; /* the final instruction, if it writes the result (else -1) */
   bool stream; /* the final instruction writes out with non-temporal stores */
 } program_ctx;
+
+/* The instructions the vector compute functions do not cover (see ew_program.h). */
+static bool special_op(tpu_op_t op) {
+  return op == TPU_OP_CONVERT || op == TPU_OP_COMPARE || op == TPU_OP_SELECT ||
+         op == TPU_OP_IS_FINITE;
+}
+
+static void special_compute(const tpu_ew_instr_t *in, const float *const *val,
+                            const int64_t *step, float *dst, int64_t m) {
+  const float *a = val[in->a];
+  const int64_t sa = step[in->a];
+  switch (in->op) {
+    case TPU_OP_CONVERT:
+      if (in->aux == TPU_BF16) {
+        for (int64_t i = 0; i < m; i++) dst[i] = tpu_bf16_to_f32(tpu_f32_to_bf16(a[i * sa]));
+      } else {
+        for (int64_t i = 0; i < m; i++) dst[i] = tpu_f16_to_f32(tpu_f32_to_f16(a[i * sa]));
+      }
+      return;
+    case TPU_OP_IS_FINITE:
+      for (int64_t i = 0; i < m; i++) dst[i] = isfinite(a[i * sa]) ? 1.0f : 0.0f;
+      return;
+    case TPU_OP_COMPARE: {
+      const float *b = val[in->b];
+      const int64_t sb = step[in->b];
+      for (int64_t i = 0; i < m; i++) {
+        dst[i] = tpu_ew_compare_float((tpu_compare_dir_t)in->aux, a[i * sa], b[i * sb]) ? 1.0f
+                                                                                       : 0.0f;
+      }
+      return;
+    }
+    default: { /* SELECT */
+      const float *t = val[in->b], *f = val[in->c];
+      const int64_t st = step[in->b], sf = step[in->c];
+      for (int64_t i = 0; i < m; i++) dst[i] = a[i * sa] != 0.0f ? t[i * st] : f[i * sf];
+      return;
+    }
+  }
+}
 
 static void program_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
                          int64_t pos) {
@@ -48,12 +89,42 @@ static void program_loop(void *arg, char *const *ptrs, const int64_t *strides, i
     if (m > n - i) m = n - i;
     for (int k = 0; k < p->num_inputs; k++) {
       int64_t s = strides[k + 1];
-      val[k] = tpu_ew_load(c->v, TPU_CT_F32, ptrs[k + 1] + i * s, s, c->in_dt[k], m, &loaded[k],
-                           &step[k]);
+      const char *src = ptrs[k + 1] + i * s;
+      if (c->in_dt[k] == TPU_BOOL) { /* predicates: 0.0 / 1.0 */
+        int64_t cnt = s ? m : 1;
+        for (int64_t j = 0; j < cnt; j++) loaded[k].f[j] = src[j * s] ? 1.0f : 0.0f;
+        val[k] = loaded[k].f;
+        step[k] = s ? 1 : 0;
+        continue;
+      }
+      val[k] = tpu_ew_load(c->v, TPU_CT_F32, src, s, c->in_dt[k], m, &loaded[k], &step[k]);
     }
     for (int j = 0; j < p->num_instrs; j++) {
       const tpu_ew_instr_t *in = &p->instrs[j];
       float *dst = regs[in->dst];
+      /* an operand in the destination register that holds one broadcast value while the
+       * result is a vector would be overwritten before it is read again: read it from a
+       * copy (dst == a with a vector a is fine: element i is read before it is written) */
+      float held[3];
+      if (tpu_op_family(in->op) != TPU_FAMILY_UNARY) {
+        int ops[3] = {in->a, in->b, in->op == TPU_OP_SELECT ? in->c : in->b};
+        for (int k = 0; k < 3; k++) {
+          if (ops[k] == in->dst && step[ops[k]] == 0 && val[ops[k]] == dst) {
+            held[k] = dst[0];
+            val[ops[k]] = &held[k];
+          }
+        }
+      }
+      if (special_op(in->op)) {
+        int64_t st = step[in->a];
+        if (in->op == TPU_OP_COMPARE || in->op == TPU_OP_SELECT) st |= step[in->b];
+        if (in->op == TPU_OP_SELECT) st |= step[in->c];
+        if (j == c->last && out_direct && st) dst = (float *)(void *)(ptrs[0] + i * 4);
+        special_compute(in, val, step, dst, st ? m : 1);
+        step[in->dst] = st;
+        val[in->dst] = dst;
+        continue;
+      }
       bool unary = tpu_op_family(in->op) == TPU_FAMILY_UNARY;
       bool vector = unary ? step[in->a] : (step[in->a] | step[in->b]);
       if (j == c->last && out_direct && vector) {
@@ -92,7 +163,7 @@ static bool float32ish(tpu_dtype_t dt) {
   return dt == TPU_F32 || dt == TPU_BF16 || dt == TPU_F16;
 }
 
-static tpu_status_t check_program(const tpu_ew_program_t *p) {
+tpu_status_t tpu_ew_program_check(const tpu_ew_program_t *p) {
   if (!p || p->num_inputs < 1 || p->num_inputs > TPU_EW_PROGRAM_MAX_INPUTS ||
       p->num_consts < 0 || p->num_inputs + p->num_consts > TPU_EW_PROGRAM_MAX_REGS ||
       p->num_instrs < 0 || p->num_instrs > TPU_EW_PROGRAM_MAX_INSTRS) {
@@ -112,7 +183,12 @@ static tpu_status_t check_program(const tpu_ew_program_t *p) {
                   tpu_op_arity(in->op) == 2;
     bool ok = (unary && in->op != TPU_OP_CONVERT && in->op != TPU_OP_BITCAST_CONVERT &&
                in->op != TPU_OP_IS_FINITE && tpu_ew_unary_supported(in->op, TPU_F32)) ||
-              (binary && tpu_ew_binary_supported(in->op, TPU_F32));
+              (binary && tpu_ew_binary_supported(in->op, TPU_F32)) ||
+              (in->op == TPU_OP_CONVERT && (in->aux == TPU_BF16 || in->aux == TPU_F16)) ||
+              (in->op == TPU_OP_COMPARE && in->aux >= TPU_CMP_EQ && in->aux <= TPU_CMP_GE) ||
+              in->op == TPU_OP_IS_FINITE ||
+              in->op == TPU_OP_SELECT;
+    bool ternary = in->op == TPU_OP_SELECT;
     if (!ok) {
       return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
                             KERNEL ": instruction %d: %s is not a float elementwise op", j,
@@ -120,7 +196,9 @@ static tpu_status_t check_program(const tpu_ew_program_t *p) {
     }
     bool regs_ok = in->dst >= first_free && in->dst < TPU_EW_PROGRAM_MAX_REGS && in->a >= 0 &&
                    in->a < TPU_EW_PROGRAM_MAX_REGS && written[in->a] &&
-                   (unary || (in->b >= 0 && in->b < TPU_EW_PROGRAM_MAX_REGS && written[in->b]));
+                   (unary || in->op == TPU_OP_CONVERT ||
+                    (in->b >= 0 && in->b < TPU_EW_PROGRAM_MAX_REGS && written[in->b])) &&
+                   (!ternary || (in->c >= 0 && in->c < TPU_EW_PROGRAM_MAX_REGS && written[in->c]));
     if (!regs_ok) {
       return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
                             KERNEL ": instruction %d (%s) reads an unset register or writes "
@@ -138,19 +216,21 @@ static tpu_status_t check_program(const tpu_ew_program_t *p) {
 
 tpu_status_t tpu_kernel_ew_program(const tpu_ew_program_t *p, const tpu_buf_t *const *ins,
                                    const tpu_buf_t *out, tpu_pool_t *pool) {
-  TPU_RETURN_IF_ERROR(check_program(p));
-  static const char *const names[4] = {"out", "input 0", "input 1", "input 2"};
+  TPU_RETURN_IF_ERROR(tpu_ew_program_check(p));
+  static const char *const names[TPU_EW_PROGRAM_MAX_INPUTS + 1] = {
+      "out", "input 0", "input 1", "input 2", "input 3", "input 4", "input 5", "input 6",
+      "input 7"};
   tpu_ew_iter_t it;
   TPU_RETURN_IF_ERROR(tpu_ew_iter_init(&it, KERNEL, out, ins, names, p->num_inputs, false));
   /* the final instruction may write out directly when it produces the result: nothing
    * reads registers after it, so an out that is also an input is still read first */
   int last = p->num_instrs - 1;
-  program_ctx c = {tpu_vec_ops(), p, {TPU_F32, TPU_F32, TPU_F32}, out->dtype,
+  program_ctx c = {tpu_vec_ops(), p, {TPU_F32}, out->dtype,
                    last >= 0 && p->instrs[last].dst == p->result ? last : -1, false};
   for (int k = 0; k <= p->num_inputs; k++) {
     tpu_dtype_t dt = k ? ins[k - 1]->dtype : out->dtype;
-    if (!float32ish(dt)) {
-      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, KERNEL ": %s is %s (f32, bf16 or f16 only)",
+    if (!float32ish(dt) && !(k && dt == TPU_BOOL)) {
+      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, KERNEL ": %s is %s (f32, bf16 or f16; inputs also bool)",
                             names[k], tpu_dtype_name(dt));
     }
     if (k) c.in_dt[k - 1] = dt;

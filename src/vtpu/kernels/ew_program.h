@@ -16,22 +16,31 @@
  *                         {TPU_OP_ERF, 4, 4, 0}, {TPU_OP_ADD, 4, 4, 2},
  *                         {TPU_OP_MUL, 4, 4, 0}, {TPU_OP_MUL, 4, 4, 3}}, .result = 4};
  *
- * Ops: the UNARY and BINARY float ops of ew_scalar.h (CONVERT, BITCAST_CONVERT, IS_FINITE,
- * NOT and the integer-only ops are not allowed), computed exactly as tpu_kernel_unary /
- * tpu_kernel_binary compute them on f32 (SIMD loops where vec.h has them).
+ * Ops: the UNARY and BINARY float ops of ew_scalar.h (BITCAST_CONVERT, NOT and the
+ * integer-only ops are not allowed), computed exactly as tpu_kernel_unary /
+ * tpu_kernel_binary compute them on f32 (SIMD loops where vec.h has them), and three
+ * more, so that the compiler can fuse what PyTorch programs are made of bit for bit:
+ *   CONVERT  aux = TPU_BF16 or TPU_F16: rounds a to that dtype (nearest even) and widens it
+ *            back, the rounding an unfused bf16/f16 intermediate goes through;
+ *   COMPARE  aux = a tpu_compare_dir_t: 1.0 where compare(a, b) holds, else 0.0;
+ *   SELECT   a != 0 ? b : c (a predicate register, i.e. a COMPARE result or a bool input);
+ *   IS_FINITE 1.0 where a is finite, else 0.0 (a predicate).
+ * Inputs may also be bool tensors (loaded as 0.0 / 1.0) for SELECT predicates.
  */
 #ifndef TPU_VTPU_KERNELS_EW_PROGRAM_H
 #define TPU_VTPU_KERNELS_EW_PROGRAM_H
 
 #include "tpu/kernels.h"
 
-#define TPU_EW_PROGRAM_MAX_REGS 16
-#define TPU_EW_PROGRAM_MAX_INSTRS 32
-#define TPU_EW_PROGRAM_MAX_INPUTS 3
+#define TPU_EW_PROGRAM_MAX_REGS 24
+#define TPU_EW_PROGRAM_MAX_INSTRS 64
+#define TPU_EW_PROGRAM_MAX_INPUTS 8 /* TPU_EW_MAX_OPERANDS - 1 */
 
 typedef struct tpu_ew_instr {
   tpu_op_t op;
-  int dst, a, b; /* registers; b is ignored by unary ops */
+  int8_t dst, a, b; /* registers; b is ignored by unary ops */
+  int8_t c;         /* SELECT: the on_false register */
+  int8_t aux;       /* CONVERT: the dtype rounded to; COMPARE: the direction */
 } tpu_ew_instr_t;
 
 typedef struct tpu_ew_program {
@@ -42,6 +51,10 @@ typedef struct tpu_ew_program {
   tpu_ew_instr_t instrs[TPU_EW_PROGRAM_MAX_INSTRS];
   int result;                               /* the register stored to out */
 } tpu_ew_program_t;
+
+/* TPU_OK if |p| is well formed (sizes, ops, registers written before read), else the error
+ * tpu_kernel_ew_program would give; the compiler checks the programs it builds. */
+tpu_status_t tpu_ew_program_check(const tpu_ew_program_t *p);
 
 /* out = program(ins[0], ..., ins[num_inputs - 1]). Errors name "kernel_ew_program" and the
  * offending instruction, register or dtype. */

@@ -1,0 +1,159 @@
+/* pass_simplify.c: algebraic simplification, one node at a time (see include/tpu/passes.h).
+ *
+ * Rules look only at a node and its operands' producers in the new graph, so the pass is
+ * linear; a chain collapses as it is copied (each link already simplified when the next
+ * is seen). Only rewrites that are exact are made:
+ *   convert(x) to x's dtype                     -> x
+ *   transpose(transpose(x))                     -> one transpose, or x if the identity
+ *   reshape(reshape(x)), reshape to x's shape   -> one reshape, or x
+ *   broadcast_in_dim(broadcast_in_dim(x))       -> one broadcast; identity broadcast -> x
+ *   broadcast_in_dim(convert(x)), f32/bf16/f16 -> convert(broadcast_in_dim(x)) (fusable)
+ *   x * 1, 1 * x, x / 1                         -> x
+ *   x - 0, x + -0.0, -0.0 + x (ints: x + 0, 0 + x) -> x   (float x + 0.0 is not: -0 + 0 = 0)
+ *   neg(neg(x))                                 -> x
+ *   select(constant pred, a, b)                 -> a or b
+ * The replacement always has the node's dtype and shape (checked by the caller).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "compiler/rewrite.h"
+
+const tpu_node_t *pass_splat(const tpu_graph_t *g, tpu_value_t v) {
+  for (int depth = 0; depth < 8; depth++) {
+    const tpu_node_t *n = tpu_graph_node(g, v);
+    if (!n) return NULL;
+    if (n->op == TPU_OP_CONSTANT) return n;
+    if (n->op != TPU_OP_BROADCAST_IN_DIM && n->op != TPU_OP_RESHAPE) return NULL;
+    v = n->operands[0];
+  }
+  return NULL;
+}
+
+/* Whether splat constant |k| equals |f| (floats, compared with its sign bit too) or |i|
+ * (integers and bool). */
+static bool splat_is(const tpu_node_t *k, double f, int64_t i) {
+  if (!k) return false;
+  if (tpu_dtype_is_float(k->dtype)) {
+    return k->attrs.constant.value == f && signbit(k->attrs.constant.value) == signbit(f);
+  }
+  return k->attrs.constant.ivalue == i;
+}
+
+/* The dtypes fused programs compute (a convert between them fuses; f64 does not). */
+static bool f32ish(tpu_dtype_t dt) { return dt == TPU_F32 || dt == TPU_BF16 || dt == TPU_F16; }
+
+static bool identity_perm(const int64_t *perm, int rank) {
+  for (int d = 0; d < rank; d++) {
+    if (perm[d] != d) return false;
+  }
+  return true;
+}
+
+static tpu_value_t simplify_binary(pass_ctx_t *c, const tpu_node_t *node, const tpu_value_t *ops) {
+  const tpu_graph_t *g = c->rw.dst;
+  const tpu_node_t *ka = pass_splat(g, ops[0]), *kb = pass_splat(g, ops[1]);
+  bool is_float = tpu_dtype_is_float(node->dtype);
+  switch (node->op) {
+    case TPU_OP_MUL:
+      if (node->dtype == TPU_BOOL) return TPU_NO_VALUE;
+      if (splat_is(kb, 1.0, 1)) return ops[0];
+      if (splat_is(ka, 1.0, 1)) return ops[1];
+      return TPU_NO_VALUE;
+    case TPU_OP_DIV:
+      if (node->dtype != TPU_BOOL && splat_is(kb, 1.0, 1)) return ops[0];
+      return TPU_NO_VALUE;
+    case TPU_OP_ADD:
+      if (node->dtype == TPU_BOOL) return TPU_NO_VALUE;
+      if (is_float) {
+        if (splat_is(kb, -0.0, 0)) return ops[0];
+        if (splat_is(ka, -0.0, 0)) return ops[1];
+      } else {
+        if (splat_is(kb, 0.0, 0)) return ops[0];
+        if (splat_is(ka, 0.0, 0)) return ops[1];
+      }
+      return TPU_NO_VALUE;
+    case TPU_OP_SUB:
+      if (node->dtype != TPU_BOOL && splat_is(kb, 0.0, 0)) return ops[0];
+      return TPU_NO_VALUE;
+    default:
+      return TPU_NO_VALUE;
+  }
+}
+
+tpu_value_t pass_simplify_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_value_t *ops) {
+  const tpu_graph_t *g = c->rw.dst;
+  switch (node->op) {
+    case TPU_OP_CONVERT: {
+      const tpu_node_t *x = tpu_graph_node(g, ops[0]);
+      return x && x->dtype == node->dtype ? ops[0] : TPU_NO_VALUE;
+    }
+    case TPU_OP_NEG: {
+      const tpu_node_t *x = tpu_graph_node(g, ops[0]);
+      return x && x->op == TPU_OP_NEG ? x->operands[0] : TPU_NO_VALUE;
+    }
+    case TPU_OP_TRANSPOSE: {
+      int rank = node->shape.rank;
+      const tpu_node_t *x = tpu_graph_node(g, ops[0]);
+      if (identity_perm(node->attrs.transpose.perm, rank)) return ops[0];
+      if (!x || x->op != TPU_OP_TRANSPOSE) return TPU_NO_VALUE;
+      tpu_node_t t = *node;
+      for (int d = 0; d < rank; d++) {
+        t.attrs.transpose.perm[d] = x->attrs.transpose.perm[node->attrs.transpose.perm[d]];
+      }
+      tpu_value_t inner = x->operands[0];
+      if (identity_perm(t.attrs.transpose.perm, rank)) return inner;
+      return pass_emit(c, &t, &inner);
+    }
+    case TPU_OP_RESHAPE: {
+      const tpu_node_t *x = tpu_graph_node(g, ops[0]);
+      if (x && tpu_shape_equal(&x->shape, &node->shape)) return ops[0];
+      if (!x || x->op != TPU_OP_RESHAPE) return TPU_NO_VALUE;
+      tpu_value_t inner = x->operands[0];
+      const tpu_node_t *xi = tpu_graph_node(g, inner);
+      if (xi && tpu_shape_equal(&xi->shape, &node->shape)) return inner;
+      return pass_emit(c, node, &inner);
+    }
+    case TPU_OP_BROADCAST_IN_DIM: {
+      const tpu_node_t *x = tpu_graph_node(g, ops[0]);
+      if (!x) return TPU_NO_VALUE;
+      if (tpu_shape_equal(&x->shape, &node->shape) &&
+          identity_perm(node->attrs.broadcast.dims, x->shape.rank)) {
+        return ops[0];
+      }
+      if (x->op == TPU_OP_CONVERT && f32ish(x->dtype) &&
+          f32ish(tpu_graph_node(g, x->operands[0])->dtype)) {
+        /* broadcast(convert(v)) -> convert(broadcast(v)): the convert becomes elementwise
+         * on the broadcast shape, where fusion folds it into its consumer */
+        tpu_value_t v = x->operands[0];
+        tpu_node_t b = *node;
+        b.dtype = tpu_graph_node(g, v)->dtype;
+        tpu_value_t bv = pass_emit(c, &b, &v);
+        if (bv == TPU_NO_VALUE) return TPU_NO_VALUE;
+        tpu_node_t cv = *x;
+        cv.shape = node->shape;
+        return pass_emit(c, &cv, &bv);
+      }
+      if (x->op != TPU_OP_BROADCAST_IN_DIM) return TPU_NO_VALUE;
+      tpu_value_t inner = x->operands[0];
+      const tpu_node_t *xi = tpu_graph_node(g, inner);
+      if (!xi) return TPU_NO_VALUE;
+      tpu_node_t b = *node;
+      memset(&b.attrs.broadcast, 0, sizeof b.attrs.broadcast);
+      for (int k = 0; k < xi->shape.rank; k++) {
+        b.attrs.broadcast.dims[k] = node->attrs.broadcast.dims[x->attrs.broadcast.dims[k]];
+      }
+      return pass_emit(c, &b, &inner);
+    }
+    case TPU_OP_SELECT: {
+      const tpu_node_t *p = pass_splat(g, ops[0]);
+      if (!p) return TPU_NO_VALUE;
+      return p->attrs.constant.ivalue ? ops[1] : ops[2];
+    }
+    default:
+      if (tpu_op_family(node->op) == TPU_FAMILY_BINARY && node->num_operands == 2) {
+        return simplify_binary(c, node, ops);
+      }
+      return TPU_NO_VALUE;
+  }
+}
