@@ -227,6 +227,10 @@ static void add_kernel(const tpu_graph_t *g, const tpu_chip_spec_t *spec, cost_s
   const tpu_node_t *rn = tpu_graph_node(g, root);
   bytes += tpu_cost_padded_bytes(rn->dtype, &rn->shape); /* the kernel's result */
   raw += unpadded_bytes(rn);
+  if (rn->op == TPU_OP_PARAMETER) { /* an input returned as an output: a copy reads it too */
+    bytes += tpu_cost_padded_bytes(rn->dtype, &rn->shape);
+    raw += unpadded_bytes(rn);
+  }
   /* T_math = FLOPs / F and T_mem = bytes / BW_hbm; T = max + per-kernel floor
    * (ref section 4 [SB-roof], [AMB]) */
   double t_mxu = mxu_flops / spec->peak_bf16_flops;
@@ -293,7 +297,10 @@ tpu_status_t tpu_cost_graph(const tpu_graph_t *g, const tpu_chip_spec_t *spec, t
     s.mat[v] = node->op == TPU_OP_PARAMETER || s.output[v] || heavy;
   }
   for (int v = 0; v < n; v++) {
-    if (s.mat[v] && tpu_graph_node(g, v)->op != TPU_OP_PARAMETER) add_kernel(g, spec, &s, v, out);
+    /* kernel roots; a parameter that is also an output is copied (one copy kernel) */
+    if (s.mat[v] && (tpu_graph_node(g, v)->op != TPU_OP_PARAMETER || s.output[v])) {
+      add_kernel(g, spec, &s, v, out);
+    }
   }
   tpu_allocator_free(host, mem);
   return TPU_OK;

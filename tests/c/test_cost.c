@@ -177,6 +177,18 @@ TEST(fusion_into_kernels) {
   tpu_graph_destroy(g);
 }
 
+TEST(an_input_returned_as_output_is_a_copy) {
+  /* a same-dtype host-to-device copy_ graph: parameter -> output */
+  tpu_graph_t *g = ir_graph();
+  tpu_graph_output(g, ir_param(g, TPU_F32, SHAPE(64, 256)), NULL);
+  tpu_cost_t c;
+  CHECK_OK(tpu_cost_graph(g, chip(TPU_CHIP_V5E), &c));
+  CHECK(c.kernels == 1);
+  CHECK(near(c.bytes, 2.0 * 64 * 256 * 4));
+  CHECK(near(c.seconds, 2.0 * 64 * 256 * 4 / 819e9 + 1.5e-6));
+  tpu_graph_destroy(g);
+}
+
 TEST(accounting_advances_every_generation) {
   tpu_cost_reset();
   tpu_graph_t *g = matmul_graph(TPU_BF16, 4096, 4096, 4096, TPU_PRECISION_DEFAULT);
@@ -234,6 +246,7 @@ int main(void) {
   RUN(padded_bytes_tiles);
   RUN(mxu_tile_is_256_on_v6e);
   RUN(fusion_into_kernels);
+  RUN(an_input_returned_as_output_is_a_copy);
   RUN(accounting_advances_every_generation);
   RUN(bad_graph_fails);
   return check_report();
