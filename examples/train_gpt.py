@@ -1,6 +1,7 @@
 """Train a small GPT-style decoder on the virtual TPU: the `make demo` job.
 
 Run:  .venv/bin/python examples/train_gpt.py [--steps 200] [--device tpu] [--plot gpt_loss.png]
+          [--d-model 64 --n-head 4 --n-layer 2 --batch 8 --block 32]
       (or `make demo`, which creates .venv first)
 
 The model is plain PyTorch (token + position embeddings, causal self-attention, layer
@@ -148,13 +149,20 @@ def main() -> None:
     parser.add_argument("--device", default="tpu")
     parser.add_argument("--plot", default="gpt_loss.png", help="PNG path ('' to skip)")
     parser.add_argument("--compile", action="store_true", help='torch.compile(backend="tpu")')
+    parser.add_argument("--d-model", type=int, default=64)
+    parser.add_argument("--n-head", type=int, default=4)
+    parser.add_argument("--n-layer", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--block", type=int, default=32)
     args = parser.parse_args()
     if args.device.startswith("tpu"):
         props = torch.tpu.get_device_properties(torch.device(args.device))
         print(f"device: {args.device} = {props.name}, "
               f"{props.total_memory / 2**30:.0f} GiB HBM, {props.mxu_count} MXUs "
               f"of {props.mxu_dim}x{props.mxu_dim}")
-    losses = train(args.steps, args.device, compile=args.compile)
+    losses = train(args.steps, args.device, compile=args.compile, batch=args.batch,
+                   block=args.block, d_model=args.d_model, n_head=args.n_head,
+                   n_layer=args.n_layer)
     print(f"first loss {losses[0]:.4f} (chance: {math.log(64):.4f}), last loss {losses[-1]:.4f}")
     if args.device.startswith("tpu"):
         import torchtpu

@@ -9,7 +9,14 @@ chosen by TORCHTPU_CHIP / TORCHTPU_CHIPS (see README).
 import atexit
 import time
 
-import torch
+
+def _autoload() -> None:
+    """Entry point of PyTorch's device-backend autoload; importing did the work. Defined
+    before `import torch` so that `import torchtpu` (or `python -m torchtpu.report`) before
+    torch works: torch's autoload then finds this module half-imported and calls this."""
+
+
+import torch  # noqa: E402
 
 from torchtpu import _C  # noqa: F401  (loads the bridge: allocator, guard, hooks, kernels)
 from torchtpu import amp, device_module
@@ -69,11 +76,8 @@ def _let_autograd_threads_settle() -> None:
         time.sleep(0.02)
 
 
-def _autoload() -> None:
-    """Entry point of PyTorch's device-backend autoload; importing did the work."""
-
-
 _register()
 amp._default_autocast_dtype()
 atexit.register(_let_autograd_threads_settle)
 
+from torchtpu import profiler  # noqa: E402,F401  (torch.profiler gains the modelled TPU lanes)

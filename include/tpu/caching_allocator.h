@@ -60,6 +60,36 @@ void tpu_caching_allocator_destroy(tpu_caching_allocator_t *ca);
  *  in use, 0 B cached, 16.00 GiB total HBM (TPU v5e)". */
 tpu_status_t tpu_caching_alloc(tpu_caching_allocator_t *ca, size_t bytes,
                                void **out_ptr);
+/* What an allocation is for, kept with the live block for out-of-memory reports: the op
+ * that allocated it (a string that lives for the process, or NULL) and the tensor's
+ * dtype name (static, or NULL) and shape (rank < 0: unknown). */
+#define TPU_ALLOC_TAG_MAX_RANK 8
+typedef struct tpu_alloc_tag {
+  const char *op;
+  const char *dtype;
+  int rank;
+  int64_t dims[TPU_ALLOC_TAG_MAX_RANK];
+} tpu_alloc_tag_t;
+
+/* tpu_caching_alloc that remembers |tag| (copied; NULL: untagged) with the block. */
+tpu_status_t tpu_caching_alloc_tagged(tpu_caching_allocator_t *ca, size_t bytes,
+                                      const tpu_alloc_tag_t *tag, void **out_ptr);
+
+/* Sets the op of the live block at |ptr| if it has none (an allocation made before the op
+ * that fills it was known, e.g. by a composite kernel's empty()). */
+void tpu_caching_set_tag_op(tpu_caching_allocator_t *ca, const void *ptr, const char *op);
+
+typedef struct tpu_live_block {
+  const void *ptr;
+  size_t size;            /* rounded block size */
+  size_t requested;       /* bytes asked for */
+  tpu_alloc_tag_t tag;    /* op NULL and rank -1 if untagged */
+} tpu_live_block_t;
+
+/* The |cap| largest live blocks, largest first, into |out|; returns how many were written.
+ * Walks every live block: for error reports, not hot paths. */
+size_t tpu_caching_largest_live(tpu_caching_allocator_t *ca, tpu_live_block_t *out, size_t cap);
+
 /* Returns a block to the cache; NULL is ignored. */
 void tpu_caching_free(tpu_caching_allocator_t *ca, void *ptr);
 /* Size in bytes usable at |ptr| (the rounded block size), 0 if not a live block. */

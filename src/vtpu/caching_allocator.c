@@ -29,6 +29,7 @@ typedef struct ca_block {
   void *ptr;          /* start of the arena block */
   size_t size;        /* rounded block size, bytes */
   size_t requested;   /* bytes the caller asked for (live blocks) */
+  tpu_alloc_tag_t tag; /* what the live block is for (out-of-memory reports) */
 } ca_block_t;
 
 struct tpu_caching_allocator {
@@ -161,9 +162,13 @@ static tpu_status_t oom_locked(tpu_caching_allocator_t *ca, size_t bytes, size_t
                         tpu_format_bytes(total, tot, sizeof(tot)), label, frag);
 }
 
-static void note_alloc_locked(tpu_caching_allocator_t *ca, ca_block_t *b, size_t bytes) {
+static const tpu_alloc_tag_t kNoTag = {.op = NULL, .dtype = NULL, .rank = -1, .dims = {0}};
+
+static void note_alloc_locked(tpu_caching_allocator_t *ca, ca_block_t *b, size_t bytes,
+                              const tpu_alloc_tag_t *tag) {
   tpu_memory_stats_t *s = &ca->stats;
   b->requested = bytes;
+  b->tag = tag ? *tag : kNoTag;
   s->allocated_bytes += b->size;
   s->requested_bytes += bytes;
   s->active_blocks++;
@@ -173,6 +178,11 @@ static void note_alloc_locked(tpu_caching_allocator_t *ca, ca_block_t *b, size_t
 }
 
 tpu_status_t tpu_caching_alloc(tpu_caching_allocator_t *ca, size_t bytes, void **out_ptr) {
+  return tpu_caching_alloc_tagged(ca, bytes, NULL, out_ptr);
+}
+
+tpu_status_t tpu_caching_alloc_tagged(tpu_caching_allocator_t *ca, size_t bytes,
+                                      const tpu_alloc_tag_t *tag, void **out_ptr) {
   *out_ptr = NULL;
   if (bytes == 0) return TPU_OK;
   size_t size;
@@ -194,7 +204,7 @@ tpu_status_t tpu_caching_alloc(tpu_caching_allocator_t *ca, size_t bytes, void *
     cache_remove_at(ca, i); /* stays reserved: it moves from cached to live */
     tpu_ptr_map_put(&ca->live, (uintptr_t)b->ptr, b);
     ca->stats.cache_hits++;
-    note_alloc_locked(ca, b, bytes);
+    note_alloc_locked(ca, b, bytes, tag);
     pthread_mutex_unlock(&ca->mu);
     *out_ptr = b->ptr;
     return TPU_OK;
@@ -220,7 +230,7 @@ tpu_status_t tpu_caching_alloc(tpu_caching_allocator_t *ca, size_t bytes, void *
   tpu_ptr_map_put(&ca->live, (uintptr_t)b->ptr, b);
   ca->stats.reserved_bytes += size;
   ca->stats.arena_allocs++;
-  note_alloc_locked(ca, b, bytes);
+  note_alloc_locked(ca, b, bytes, tag);
   pthread_mutex_unlock(&ca->mu);
   *out_ptr = b->ptr;
   return TPU_OK;
@@ -272,6 +282,39 @@ size_t tpu_caching_block_size(tpu_caching_allocator_t *ca, const void *ptr) {
   size_t size = b ? b->size : 0;
   pthread_mutex_unlock(&ca->mu);
   return size;
+}
+
+void tpu_caching_set_tag_op(tpu_caching_allocator_t *ca, const void *ptr, const char *op) {
+  if (!ptr) return;
+  pthread_mutex_lock(&ca->mu);
+  ca_block_t *b = tpu_ptr_map_get(&ca->live, (uintptr_t)ptr);
+  if (b && !b->tag.op) b->tag.op = op;
+  pthread_mutex_unlock(&ca->mu);
+}
+
+size_t tpu_caching_largest_live(tpu_caching_allocator_t *ca, tpu_live_block_t *out, size_t cap) {
+  size_t n = 0;
+  pthread_mutex_lock(&ca->mu);
+  for (size_t i = 0; i < ca->live.cap && cap > 0; i++) {
+    const ca_block_t *b = ca->live.slots[i].value;
+    if (!ca->live.slots[i].key || !b) continue;
+    /* insertion into the sorted top-|cap| list */
+    size_t j = n < cap ? n++ : cap;
+    if (j == cap) {
+      if (b->size <= out[cap - 1].size) continue;
+      j = cap - 1;
+    }
+    while (j > 0 && out[j - 1].size < b->size) {
+      out[j] = out[j - 1];
+      j--;
+    }
+    out[j].ptr = b->ptr;
+    out[j].size = b->size;
+    out[j].requested = b->requested;
+    out[j].tag = b->tag;
+  }
+  pthread_mutex_unlock(&ca->mu);
+  return n;
 }
 
 /* ---- cache control and statistics ----------------------------------------- */

@@ -29,6 +29,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cost_hooks.h"
 #include "device.h"
 #include "eager.h"
 #include "fused.h"
@@ -116,12 +117,39 @@ static void tpu_delete(void *ptr) {
   tpu_caching_free(tpu_device_allocator(dev), ptr);
 }
 
+namespace cost {
+std::string oom_report(tpu_caching_allocator_t *ca, int device);  // cost.cpp
+}
+
 struct TpuAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex index = current_device();
     tpu_device_t *dev = device_at(index);
     void *ptr = nullptr;
-    check_status(tpu_caching_alloc(tpu_device_allocator(dev), nbytes, &ptr), "tpu allocate");
+    // The block remembers which op allocated it and for what tensor (thread-local context
+    // set by the engine and by empty/empty_strided), for out-of-memory reports.
+    const cost::AllocContext &ctx = cost::alloc_context();
+    tpu_alloc_tag_t tag;
+    tag.op = ctx.op;
+    tag.dtype = nullptr;
+    tag.rank = -1;
+    if (ctx.sizes && ctx.rank <= TPU_ALLOC_TAG_MAX_RANK) {
+      tag.dtype = c10::toString(ctx.dtype);
+      tag.rank = static_cast<int>(ctx.rank);
+      std::memcpy(tag.dims, ctx.sizes, ctx.rank * sizeof(int64_t));
+    }
+    tpu_status_t st = tpu_caching_alloc_tagged(tpu_device_allocator(dev), nbytes, &tag, &ptr);
+    if (st == TPU_ERR_OUT_OF_MEMORY) {
+      std::string msg = tpu_status_message();
+      msg += cost::oom_report(tpu_device_allocator(dev), index);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "tpu allocate: ", msg);
+    }
+    check_status(st, "tpu allocate");
+    if (!ctx.op) {  // the op that fills it is not known yet: the next op names it
+      cost::AllocContext &c = cost::alloc_context();
+      c.pending = ptr;
+      c.pending_allocator = tpu_device_allocator(dev);
+    }
     return {ptr, ptr, &tpu_delete, c10::Device(kTpu, index)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &tpu_delete; }

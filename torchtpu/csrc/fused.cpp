@@ -22,6 +22,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "cost_hooks.h"
 #include "device.h"
 #include "eager.h"
 #include "fused_internal.h"
@@ -242,6 +243,7 @@ tpu_executable_t *compile_pending(Pending &p, const std::vector<unsigned char> &
                 tpu_graph_error_message(p.g));
   }
   check_status(tpu_compile(p.g, &opts, tpu_allocator_system(), &exe), "tpu fused graph");
+  cost::on_compile(exe, p.g, ("fused graph of " + std::to_string(p.num_ops) + " ops").c_str());  // cost hook
   uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now() - start).count());
   tpu_cache_insert(executable_cache(), key.data(), key.size(), hash, exe, ns);

@@ -429,4 +429,14 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&module); }
+/* The cost model's functions (torchtpu/csrc/cost.cpp). */
+extern PyMethodDef tpu_cost_methods[];
+
+PyMODINIT_FUNC PyInit__C(void) {
+  PyObject *m = PyModule_Create(&module);
+  if (m && PyModule_AddFunctions(m, tpu_cost_methods) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "cost_hooks.h"
 #include "device.h"
 #include "device_check.h"
 #include "eager.h"
@@ -644,6 +645,7 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
   }
   tpu_executable_t *exe = nullptr;
   check_status(tpu_compile(raw, &opts, tpu_allocator_system(), &exe), call.info->name.c_str());
+  cost::on_compile(exe, raw, call.info->name.c_str());  // cost hook: modelled time per gen
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 std::chrono::steady_clock::now() - start).count();
   prog.graph = g.release();  // kept with the executable, for the life of the process
@@ -710,6 +712,7 @@ void launch_executable(tpu_executable_t *exe, Inputs inputs, std::vector<void *>
       check_status(st, what.c_str());
     }
   }
+  cost::on_launch(device.index(), task->exe);  // cost hook: advance the modelled clock
   void *scratch = task->scratch;
   tpu_task_t t{run_task, release_task, task, task->name.c_str()};  // the stream copies the name
   tpu_status_t st = tpu_stream_enqueue(tpu_device_stream(dev), &t);
@@ -740,6 +743,7 @@ namespace {
 
 void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const OpInfo &info = op_info(op);
+  cost::OpScope op_scope(info.name.c_str());  // cost hook: names allocations (OOM report)
   Call call;
   call.info = &info;
   const size_t num_args = op.schema().arguments().size();
@@ -916,6 +920,7 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
   tpu_compile_options_t opts{};
   if (alias_kind(src, dst)) opts.output_may_alias_input = 1;
   check_status(tpu_compile(raw, &opts, tpu_allocator_system(), &exe), "copy_");
+  cost::on_compile(exe, raw, "aten::copy_");  // cost hook: modelled time per gen
   uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now() - start).count());
   tpu_cache_insert(eager_cache(), k.data(), k.size(), hash, exe, ns);
@@ -949,6 +954,7 @@ bool native_copy(const at::Tensor &src, const at::Tensor &dst) {
     return false;
   }
   c10::DeviceGuard guard(dst.device());
+  cost::OpScope op_scope("aten::copy_");  // cost hook: names allocations (OOM report)
   Inputs inputs;
   if (from_host) inputs.host_copies.push_back(source);
   inputs.ptrs.push_back(const_cast<void *>(source.const_data_ptr()));

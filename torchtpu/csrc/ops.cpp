@@ -35,6 +35,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cost_hooks.h"
 #include "device.h"
 #include "device_check.h"
 #include "fused.h"
@@ -127,6 +128,7 @@ at::Tensor tpu_empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
               "tpu: only strided tensors are supported, got layout ", *layout);
   c10::Device dev = resolve_device(device);
   c10::DeviceGuard guard(dev);
+  cost::ShapeScope shape(size, c10::dtype_or_default(dtype));  // names the allocation (OOM)
   return at::detail::empty_generic(size, allocator(), tpu_keys(),
                                    c10::dtype_or_default(dtype), memory_format);
 }
@@ -140,6 +142,7 @@ at::Tensor tpu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
               "tpu: only strided tensors are supported, got layout ", *layout);
   c10::Device dev = resolve_device(device);
   c10::DeviceGuard guard(dev);
+  cost::ShapeScope shape(size, c10::dtype_or_default(dtype));  // names the allocation (OOM)
   return at::detail::empty_strided_generic(size, stride, allocator(), tpu_keys(),
                                            c10::dtype_or_default(dtype));
 }
@@ -344,6 +347,7 @@ struct FallbackCall {
 };
 
 void tpu_fallback_impl(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  cost::OpScope op_scope(op.schema().name().c_str());  // names allocations (OOM report)
   const c10::FunctionSchema &schema = op.schema();
   const std::string name = c10::toString(op.operator_name());
   count_and_maybe_warn(name);
