@@ -63,4 +63,5 @@ def _autoload() -> None:
 
 
 _register()
+from torchtpu import distributed  # noqa: E402,F401  (registers the "tpu" process-group backend)
 atexit.register(_let_autograd_threads_settle)

@@ -353,6 +353,15 @@ static PyObject *py_cache_stats(PyObject *self, PyObject *noargs) {
                        "compile_seconds", (double)ns / 1e9);
 }
 
+/* ---- distributed (process_group.cpp, a pybind11 module) ----------------------------------------- */
+
+PyObject *tpu_dist_make_module(void);
+
+static PyObject *py_dist_module(PyObject *self, PyObject *noargs) {
+  (void)self, (void)noargs;
+  return tpu_dist_make_module();
+}
+
 /* ---- module ------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
@@ -382,6 +391,7 @@ static PyMethodDef methods[] = {
     {"_eager_mode", py_eager_mode, METH_NOARGS, "0 strict, 1 debug."},
     {"_set_eager_mode", py_set_eager_mode, METH_VARARGS, "0 strict, 1 debug."},
     {"_cache_stats", py_cache_stats, METH_NOARGS, "Eager executable cache statistics."},
+    {"_dist_module", py_dist_module, METH_NOARGS, "The distributed backend's module."},
     {NULL, NULL, 0, NULL},
 };
 
