@@ -147,7 +147,7 @@ size_t reduce_count(const at::Tensor &t) {
 }
 
 std::string label(const at::Tensor &t) {
-  std::string s = c10::toString(t.scalar_type());
+  std::string s(c10::getDtypeNames(t.scalar_type()).first);  // "float32", as torch prints
   s += "[";
   for (int64_t i = 0; i < t.dim(); i++) s += (i ? ", " : "") + std::to_string(t.size(i));
   return s + "]";

@@ -11,6 +11,16 @@ import torchtpu.distributed as tdist
 
 dist.init_process_group("cpu:gloo,tpu:tpu")
 rank, world = dist.get_rank(), dist.get_world_size()
+
+
+def report(result):
+    """The result for the test: a file per rank in $TORCHTPU_TEST_OUT (ranks share one stdout
+    pipe, where long lines of two ranks can interleave), else a line on stdout."""
+    out = os.environ.get("TORCHTPU_TEST_OUT")
+    if out:
+        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+            json.dump(result, f)
+    print("@@OK", rank, json.dumps(result), flush=True)
 torch.manual_seed(1234 + rank)
 tdist.reset_stats()
 
@@ -170,7 +180,15 @@ dist.scatter(oc, src_c, src=0)
 same(ot, oc, "scatter")
 
 # barrier, objects through the cpu backend, and the functional collectives DTensor uses
-dist.barrier()
+dist.barrier()                       # "cpu:gloo,tpu:tpu" sends barriers to Gloo...
+dist.barrier(device_ids=[0])         # ...unless a tpu device is named
+tpu_only = dist.new_group(backend="tpu")  # a group of the tpu backend alone: cpu tensors too
+dist.barrier(group=tpu_only)
+t, c = pair((33,))
+ct = c.clone()
+dist.all_reduce(ct, group=tpu_only)
+dist.all_reduce(c)
+assert torch.equal(ct, c), "all_reduce of a cpu tensor through the tpu backend"
 objs = [None] * world
 dist.all_gather_object(objs, {"rank": rank})
 assert [o["rank"] for o in objs] == list(range(world))
@@ -187,5 +205,5 @@ same(ft, oc, "functional all_gather_tensor")
 backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("tpu"))
 s = tdist.stats()
 assert s["all_reduce"]["count"] > 0 and s["all_reduce"]["modelled_seconds"] > 0, s
-print("@@OK", rank, json.dumps({"transport": backend.transport, "stats": s}), flush=True)
+report({"transport": backend.transport, "stats": s})
 dist.destroy_process_group()
