@@ -6,6 +6,12 @@
  */
 #include "tpu/collective.h"
 
+/* The loops below must be vectorized (they run at memory bandwidth only then); -O2 of GCC 12
+ * leaves them scalar. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>

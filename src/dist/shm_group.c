@@ -527,26 +527,41 @@ tpu_status_t tpu_shm_all_reduce(tpu_shm_group_t *g, const void *in, void *out, s
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "all_reduce: size overflows");
   TPU_RETURN_IF_ERROR(begin(g, TPU_COLL_ALL_REDUCE, (int)dtype, (int)op, -1, bytes));
   size_t per_round = g->slot_bytes / es, w = (size_t)g->world, r = (size_t)g->rank;
+  /* Each round: every rank r copies the segments the others own (q != r) into its slot;
+   * barrier; rank r reduces its own segment, in rank order, from its input and the others'
+   * slots, in cache-sized blocks, into its own slot (where the others read the result) and its
+   * output; barrier; every rank copies the others' results out. About 2 reads and 2 writes of
+   * the tensor per rank, instead of 3 and 2.5 for copy-everything-in-and-out. */
+  const size_t block = ((size_t)64 << 10) / es;
   bool first = true;
   for (size_t off = 0; first || off < count;) {
     size_t n = min_sz(per_round, count - off);
     uint64_t set = g->round++;
     char *mine = slot(g, set, g->rank);
-    if (n) memcpy(mine, (const char *)in + off * es, n * es);
-    TPU_RETURN_IF_ERROR(first ? first_barrier(g) : barrier_raw(g));
-    first = false;
-    /* This rank reduces segment r of the round into its own slot... */
-    size_t lo = n * r / w, hi = n * (r + 1) / w;
-    for (int q = 0; q < g->world; q++)
-      if (q != g->rank && hi > lo)
-        tpu_coll_reduce(dtype, op, mine + lo * es, slot(g, set, q) + lo * es, hi - lo);
-    if (op == TPU_RED_AVG && hi > lo) tpu_coll_scale(dtype, mine + lo * es, hi - lo, g->world);
-    TPU_RETURN_IF_ERROR(barrier_raw(g));
-    /* ...and everyone copies every segment out of its owner's slot. */
+    const char *src = (const char *)in + off * es;
+    char *dst = (char *)out + off * es;
     for (size_t q = 0; q < w; q++) {
       size_t qlo = n * q / w, qhi = n * (q + 1) / w;
-      if (qhi > qlo)
-        memcpy((char *)out + (off + qlo) * es, slot(g, set, (int)q) + qlo * es, (qhi - qlo) * es);
+      if (q != r && qhi > qlo) memcpy(mine + qlo * es, src + qlo * es, (qhi - qlo) * es);
+    }
+    TPU_RETURN_IF_ERROR(first ? first_barrier(g) : barrier_raw(g));
+    first = false;
+    size_t lo = n * r / w, hi = n * (r + 1) / w;
+    for (size_t b = lo; b < hi; b += block) {
+      size_t m = min_sz(block, hi - b);
+      char *acc = mine + b * es;
+      const char *own = src + b * es;
+      memcpy(acc, r == 0 ? own : slot(g, set, 0) + b * es, m * es);
+      for (size_t q = 1; q < w; q++)
+        tpu_coll_reduce(dtype, op, acc, q == r ? own : slot(g, set, (int)q) + b * es, m);
+      if (op == TPU_RED_AVG) tpu_coll_scale(dtype, acc, m, g->world);
+      memcpy(dst + b * es, acc, m * es);
+    }
+    TPU_RETURN_IF_ERROR(barrier_raw(g));
+    for (size_t q = 0; q < w; q++) {
+      size_t qlo = n * q / w, qhi = n * (q + 1) / w;
+      if (q != r && qhi > qlo)
+        memcpy(dst + qlo * es, slot(g, set, (int)q) + qlo * es, (qhi - qlo) * es);
     }
     off += n;
   }
