@@ -6,7 +6,8 @@ Run: .venv/bin/python bench/bench_dist.py [--sizes-mib 1 4 16 64 256] [--ddp-ste
 
 The workers are started with the env:// variables torchrun sets; both backends live in one
 process group "cpu:gloo,tpu:tpu" (cpu tensors go to Gloo, tpu tensors to the tpu backend).
-Bus bandwidth = 2 (n-1)/n * bytes / time (NCCL's definition for all_reduce).
+Bus bandwidth = 2 (n-1)/n * bytes / time (NCCL's definition for all_reduce), median of 5-9
+calls, the two backends alternating call by call.
 """
 import argparse
 import json
@@ -28,24 +29,25 @@ def worker(sizes_mib):
     results = []
     for mib in sizes_mib:
         n = mib * (1 << 20) // 4
-        row = {"mib": mib}
-        for name, device in (("tpu", "tpu"), ("gloo", "cpu")):
-            t = torch.ones(n, device=device)
-            dist.all_reduce(t)  # warm-up (and first touch of the memory)
-            iters = 8 if mib <= 16 else 3
-            dist.barrier()
-            times = []
-            for _ in range(iters):
+        tensors = {"tpu": torch.ones(n, device="tpu"), "gloo": torch.ones(n)}
+        times = {"tpu": [], "gloo": []}
+        iters = 9 if mib <= 16 else 5
+        for it in range(iters + 1):
+            # The two backends alternate, so that both see the same load on a shared machine.
+            for name, t in tensors.items():
+                dist.barrier(device_ids=[0])
                 t0 = time.perf_counter()
                 dist.all_reduce(t)
-                if device == "tpu":
+                if name == "tpu":
                     torch.tpu.synchronize()
-                times.append(time.perf_counter() - t0)
-            times.sort()
-            sec = times[len(times) // 2]
-            row[name] = 2 * (world - 1) / world * n * 4 / sec / 1e9  # GB/s
-            del t
+                if it:  # the first round is the warm-up (first touch of the memory)
+                    times[name].append(time.perf_counter() - t0)
+        row = {"mib": mib}
+        for name, ts in times.items():
+            ts.sort()
+            row[name] = 2 * (world - 1) / world * n * 4 / ts[len(ts) // 2] / 1e9  # GB/s
         results.append(row)
+        del tensors
     if rank == 0:
         print("@@JSON" + json.dumps(results), flush=True)
     dist.destroy_process_group()
