@@ -30,6 +30,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <functional>
@@ -38,6 +39,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "tpu/collective.h"
 #include "tpu/interconnect.h"
@@ -351,8 +354,10 @@ class TpuBackend : public c10d::Backend {
   std::string transport() const { return gloo_ ? "gloo" : "shm"; }
   bool supportsCoalescing() const override { return true; }
   c10::intrusive_ptr<Options> getBackendOptions() override {
-    return c10::make_intrusive<Options>(
+    auto opts = c10::make_intrusive<Options>(
         "tpu", std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
+    opts->group_name = group_name_;
+    return opts;
   }
   void setTimeout(std::chrono::milliseconds timeout) override {
     timeout_s_ = static_cast<double>(timeout.count()) / 1000.0;
@@ -585,13 +590,12 @@ class TpuBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outs,
                                           std::vector<at::Tensor> &ins,
-                                          const c10d::AllToAllOptions &opts) override {
+                                          const c10d::AllToAllOptions &) override {
     TORCH_CHECK(static_cast<int>(outs.size()) == getSize() &&
                     static_cast<int>(ins.size()) == getSize(),
                 "tpu process group: all_to_all needs one input and one output tensor per rank");
     for (int r = 0; r < getSize(); r++) check_same(outs[r], ins[r], "all_to_all");
     // Staged through flat CPU buffers with per-rank sizes.
-    std::vector<at::Tensor> in_flat, out_flat;
     std::vector<int64_t> in_splits, out_splits;
     for (int r = 0; r < getSize(); r++) {
       in_splits.push_back(ins[r].numel());
@@ -599,7 +603,7 @@ class TpuBackend : public c10d::Backend {
     }
     auto work_ins = ins, work_outs = outs;
     return enqueue(coll_.get(), c10d::OpType::ALLTOALL, "tpu:all_to_all", ins, outs,
-                   [this, work_ins, work_outs, in_splits, out_splits, opts]() mutable {
+                   [this, work_ins, work_outs, in_splits, out_splits]() mutable {
       std::vector<at::Tensor> parts;
       for (auto &t : work_ins) parts.push_back(cpu_alias(t).reshape({-1}));
       at::Tensor in = at::cat(parts);
