@@ -39,16 +39,18 @@ class CNN(nn.Module):
         return self.head(x)
 
 
-def train(steps: int, device: str, seed: int = 0, batch: int = 32, quiet: bool = True):
+def train(steps: int, device: str, seed: int = 0, batch: int = 32, quiet: bool = True,
+          compile: bool = False):
     """Trains for |steps| SGD-with-momentum steps; returns the per-step losses."""
     torch.manual_seed(seed)
     model = CNN().to(device)
+    forward = torch.compile(model, backend="tpu") if compile else model  # compile mode
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     x, y = blobs(batch * steps, seed)
     losses = []
     for step in range(steps):
         xb, yb = x[step * batch:(step + 1) * batch], y[step * batch:(step + 1) * batch]
-        loss = F.cross_entropy(model(xb.to(device)), yb.to(device))
+        loss = F.cross_entropy(forward(xb.to(device)), yb.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -115,21 +115,25 @@ def plot(losses, path: str) -> None:
 
 def train(steps: int, device: str, seed: int = 0, batch: int = 8, block: int = 32,
           d_model: int = 64, n_head: int = 4, n_layer: int = 2, vocab: int = 64,
-          lr: float = 1e-2, quiet: bool = False):
-    """Trains for |steps| and returns the per-step losses (floats)."""
+          lr: float = 1e-2, quiet: bool = False, compile: bool = False):
+    """Trains for |steps| and returns the per-step losses (floats). compile: run the model
+    (forward and backward) through torch.compile(backend="tpu")."""
     torch.manual_seed(seed)
     model = GPT(vocab, block, d_model, n_head, n_layer).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    forward = torch.compile(model, backend="tpu") if compile else model
+    # compiled, the optimizer step is one graph too: capturable keeps its step on the tpu
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, capturable=compile)
+    opt_step = torch.compile(opt.step, backend="tpu") if compile else opt.step
     data = synthetic_text(4096, vocab, seed)
     g = torch.Generator().manual_seed(seed + 1)
     losses = []
     start = time.perf_counter()
     for step in range(1, steps + 1):
         x, y = get_batch(data, batch, block, g)
-        _, loss = model(x.to(device), y.to(device))
+        _, loss = forward(x.to(device), y.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        opt_step()
         losses.append(loss.item())
         if not quiet:
             progress(step, steps, losses[-1], step / (time.perf_counter() - start))
@@ -143,13 +147,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--device", default="tpu")
     parser.add_argument("--plot", default="gpt_loss.png", help="PNG path ('' to skip)")
+    parser.add_argument("--compile", action="store_true", help='torch.compile(backend="tpu")')
     args = parser.parse_args()
     if args.device.startswith("tpu"):
         props = torch.tpu.get_device_properties(torch.device(args.device))
         print(f"device: {args.device} = {props.name}, "
               f"{props.total_memory / 2**30:.0f} GiB HBM, {props.mxu_count} MXUs "
               f"of {props.mxu_dim}x{props.mxu_dim}")
-    losses = train(args.steps, args.device)
+    losses = train(args.steps, args.device, compile=args.compile)
     print(f"first loss {losses[0]:.4f} (chance: {math.log(64):.4f}), last loss {losses[-1]:.4f}")
     if args.device.startswith("tpu"):
         import torchtpu

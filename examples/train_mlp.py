@@ -28,16 +28,18 @@ def make_model() -> nn.Module:
                          nn.Linear(128, 2))
 
 
-def train(steps: int, device: str, seed: int = 0, batch: int = 128, quiet: bool = True):
+def train(steps: int, device: str, seed: int = 0, batch: int = 128, quiet: bool = True,
+          compile: bool = False):
     """Trains for |steps| AdamW steps; returns the per-step losses."""
     torch.manual_seed(seed)
     model = make_model().to(device)
+    forward = torch.compile(model, backend="tpu") if compile else model  # compile mode
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     x, y = spirals(4096, seed)
     losses = []
     for step in range(steps):
         i = torch.arange(step * batch, (step + 1) * batch) % len(x)
-        loss = F.cross_entropy(model(x[i].to(device)), y[i].to(device))
+        loss = F.cross_entropy(forward(x[i].to(device)), y[i].to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

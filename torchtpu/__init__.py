@@ -19,6 +19,13 @@ from torchtpu.precision import (
     precision,
     set_matmul_precision,
 )
+from torchtpu.eager import (
+    flush,
+    fused_stats,
+    get_eager_mode,
+    reset_fused_stats,
+    set_eager_mode,
+)
 from torchtpu.fallback import (
     fallback_stats,
     get_fallback_mode,
@@ -26,10 +33,14 @@ from torchtpu.fallback import (
     set_fallback_mode,
 )
 
+from torchtpu.export import ExportedProgram, export
+
 __all__ = [
+    "export", "ExportedProgram",
     "Precision", "precision", "set_matmul_precision", "get_matmul_precision",
     "fallback_stats", "reset_fallback_stats", "set_fallback_mode", "get_fallback_mode",
-    "cache_stats",
+    "cache_stats", "get_eager_mode", "set_eager_mode", "flush", "fused_stats",
+    "reset_fused_stats",
 ]
 
 
@@ -65,3 +76,4 @@ def _autoload() -> None:
 _register()
 from torchtpu import distributed  # noqa: E402,F401  (registers the "tpu" process-group backend)
 atexit.register(_let_autograd_threads_settle)
+

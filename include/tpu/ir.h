@@ -320,6 +320,14 @@ tpu_value_t tpu_graph_scatter(tpu_graph_t *g, tpu_value_t x, tpu_value_t indices
 tpu_value_t tpu_graph_sort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attrs_t *attrs);
 tpu_value_t tpu_graph_argsort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attrs_t *attrs);
 
+/* Copies every node of |src| except its parameters into |dst|, through the same shape
+ * rules as the builders: parameter i of |src| becomes param_values[i] (a value of |dst| of
+ * the same dtype and shape; strides do not matter), and out_values[v] (an array of
+ * tpu_graph_num_nodes(src) entries) receives the |dst| value of each node v of |src|.
+ * Outputs of |src| are not marked as outputs of |dst|. Errors are recorded in |dst|. */
+tpu_status_t tpu_graph_inline(tpu_graph_t *dst, const tpu_graph_t *src,
+                              const tpu_value_t *param_values, tpu_value_t *out_values);
+
 /* Marks |v| as the next output (0, 1, ...). strides: NULL = dense (row-major strides are
  * recorded as dense). */
 tpu_status_t tpu_graph_output(tpu_graph_t *g, tpu_value_t v, const int64_t *strides);

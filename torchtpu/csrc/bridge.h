@@ -53,7 +53,15 @@ void tpu_bridge_reset_fallback_stats(void);
 void tpu_bridge_set_precision(int precision);
 int tpu_bridge_get_precision(void);
 
-/* Eager mode: 0 strict, 1 debug. */
+/* Fused eager statistics: |fn| is called with ("ops_recorded", n), ("graphs_run", n),
+ * ("graph_cache_hits", n), ("graph_cache_misses", n), then ("flush:<reason>", n) per reason. */
+void tpu_bridge_fused_stats(void (*fn)(void *ctx, const char *name, uint64_t count), void *ctx);
+void tpu_bridge_reset_fused_stats(void);
+/* Runs the pending graph of chip |index| (every chip if < 0); |reason| for the statistics
+ * (a string with static storage duration). 0 or an error code. */
+int tpu_bridge_flush(int index, const char *reason);
+
+/* Eager mode: 0 strict, 1 debug, 2 fused. */
 int tpu_bridge_eager_mode(void);
 void tpu_bridge_set_eager_mode(int mode);
 

@@ -31,6 +31,7 @@
 
 #include "device.h"
 #include "eager.h"
+#include "fused.h"
 
 extern "C" {
 #include "bridge.h"
@@ -39,7 +40,6 @@ extern "C" {
 
 namespace torchtpu {
 
-constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
 
 // ---- runtime and errors ---------------------------------------------------------------
 
@@ -84,6 +84,7 @@ static int device_count_noexcept() noexcept {
 }
 
 void synchronize_device(c10::DeviceIndex index) {
+  flush_pending(index, "synchronize");
   tpu_status_t st = tpu_stream_synchronize(tpu_device_stream(device_at(index)));
   if (st == TPU_ERR_OUT_OF_RANGE) {  // an index a kernel found out of range: IndexError
     TORCH_CHECK_INDEX(false, tpu_status_message());
@@ -285,6 +286,7 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
     TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
                 "tpu event: recording on tpu:", (int)stream.device_index(),
                 " an event that belongs to tpu:", (int)device_index);
+    flush_pending(stream.device_index(), "event record");  // the event follows recorded ops
     tpu_stream_t *s = chip_stream(stream.device_index());
     if (*event == nullptr) {
       tpu_event_t *ev = nullptr;
@@ -454,8 +456,16 @@ int tpu_bridge_synchronize(int index) {
     if (index >= 0) {
       synchronize_device(static_cast<c10::DeviceIndex>(index));
     } else {
+      flush_pending(-1, "synchronize");
       check_status(tpu_runtime_synchronize_all(), "tpu synchronize");
     }
+  });
+}
+
+int tpu_bridge_flush(int index, const char *reason) {
+  return guarded([index, reason] {
+    ensure_init();
+    flush_pending(index, reason);
   });
 }
 

@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 namespace torchtpu {
 
@@ -16,7 +19,7 @@ static EagerMode mode_from_env() {
   const char *m = std::getenv("TORCHTPU_EAGER");
   if (!m || !*m || std::strcmp(m, "strict") == 0) return EagerMode::Strict;
   if (std::strcmp(m, "debug") == 0) return EagerMode::Debug;
-  if (std::strcmp(m, "fused") == 0) return EagerMode::Strict;  // fused mode: not yet
+  if (std::strcmp(m, "fused") == 0) return EagerMode::Fused;
   TORCH_CHECK(false, "TORCHTPU_EAGER=\"", m, "\": expected strict, debug or fused");
 }
 
@@ -44,15 +47,51 @@ tpu_precision_t current_precision() { return static_cast<tpu_precision_t>(g_prec
 
 void set_precision(tpu_precision_t p) { g_precision.store(p); }
 
-void log_compile(const std::string &op, const tpu_executable_t *exe, uint64_t ns) {
+bool log_recompiles() {
   static const bool enabled = [] {
     const char *v = std::getenv("TORCHTPU_LOG_RECOMPILES");
     return v && *v && std::strcmp(v, "0") != 0;
   }();
-  if (!enabled) return;
+  return enabled;
+}
+
+void log_compile(const std::string &op, const tpu_executable_t *exe, uint64_t ns) {
+  if (!log_recompiles()) return;
   std::fprintf(stderr, "[torchtpu] compiled %s: %d steps, %zu scratch bytes, %.3f ms\n",
                op.c_str(), tpu_executable_num_steps(exe), tpu_executable_scratch_bytes(exe),
                static_cast<double>(ns) / 1e6);
+}
+
+void log_signature(const std::string &op, const ArgDescription &args) {
+  if (!log_recompiles()) return;
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::vector<ArgDescription>> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  auto &prior = seen[op];
+  std::string why;
+  if (prior.empty()) {
+    why = "first signature";
+  } else {
+    // the closest signature compiled before: fewest arguments that differ
+    const ArgDescription *best = nullptr;
+    size_t best_diff = SIZE_MAX;
+    for (const ArgDescription &p : prior) {
+      size_t diff = 0;
+      for (size_t i = 0; i < std::max(p.size(), args.size()); i++) {
+        diff += i >= p.size() || i >= args.size() || p[i] != args[i];
+      }
+      if (diff < best_diff) best_diff = diff, best = &p;
+    }
+    for (size_t i = 0; i < args.size() && best; i++) {
+      if (i < best->size() && (*best)[i] == args[i]) continue;
+      std::string old = i < best->size() ? (*best)[i].second : "(none)";
+      if (!why.empty()) why += "; ";
+      why += args[i].first + ": " + old + " -> " + args[i].second;
+    }
+    if (why.empty()) why = "same arguments (another thread compiled it too)";
+  }
+  std::fprintf(stderr, "[torchtpu] cache miss %s: %s\n", op.c_str(), why.c_str());
+  prior.push_back(args);
 }
 
 }  // namespace torchtpu

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 extern "C" {
 #include "tpu/compiler.h"
@@ -18,9 +20,9 @@ extern "C" {
 
 namespace torchtpu {
 
-enum class EagerMode { Strict, Debug };
+enum class EagerMode { Strict, Debug, Fused };
 
-// TORCHTPU_EAGER=strict (default) | debug; TPU_LAUNCH_BLOCKING=1 also means debug.
+// TORCHTPU_EAGER=strict (default) | debug | fused; TPU_LAUNCH_BLOCKING=1 means debug.
 EagerMode eager_mode();
 void set_eager_mode(EagerMode mode);
 
@@ -32,8 +34,13 @@ bool native_disabled();
 tpu_precision_t current_precision();
 void set_precision(tpu_precision_t p);
 
-// With TORCHTPU_LOG_RECOMPILES=1, prints one line per compile.
+// TORCHTPU_LOG_RECOMPILES=1: a line per compile, and per cache miss of an op what changed
+// against the closest signature compiled before for that op.
+bool log_recompiles();
 void log_compile(const std::string &op, const tpu_executable_t *exe, uint64_t ns);
+// One (argument name, "f32[8,16] strides [16,1]" or a static value) per argument.
+using ArgDescription = std::vector<std::pair<std::string, std::string>>;
+void log_signature(const std::string &op, const ArgDescription &args);
 
 // Reserves |count| random numbers of |gen| (if given, a tpu generator) or else chip
 // |index|'s default generator: the (seed, offset) the kernel must use. Advances the offset.

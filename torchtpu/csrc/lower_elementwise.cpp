@@ -416,6 +416,7 @@ LoweringRegistrar registrar({
     {"remainder.Tensor_out", remainder_out},
     {"pow.Tensor_Tensor_out", pow_out},
     {"pow.Tensor_Scalar_out", pow_out},
+    {"pow.Scalar_out", pow_out},
     {"bitwise_and.Tensor_out", bitwise_and_out},
     {"bitwise_or.Tensor_out", bitwise_or_out},
     {"bitwise_xor.Tensor_out", bitwise_xor_out},

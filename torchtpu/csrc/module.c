@@ -344,6 +344,42 @@ static PyObject *py_set_eager_mode(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static PyObject *py_fused_stats(PyObject *self, PyObject *noargs) {
+  (void)self, (void)noargs;
+  stats_ctx ctx = {PyDict_New(), 0};
+  if (!ctx.dict) return NULL;
+  tpu_bridge_fused_stats(add_stat, &ctx);
+  if (ctx.failed) {
+    Py_DECREF(ctx.dict);
+    return NULL;
+  }
+  return ctx.dict;
+}
+
+static PyObject *py_reset_fused_stats(PyObject *self, PyObject *noargs) {
+  (void)self, (void)noargs;
+  tpu_bridge_reset_fused_stats();
+  Py_RETURN_NONE;
+}
+
+/* Reasons passed from Python are interned here (the bridge keeps the pointer). */
+static PyObject *py_flush(PyObject *self, PyObject *args) {
+  (void)self;
+  int index;
+  PyObject *reason;
+  if (!PyArg_ParseTuple(args, "iU", &index, &reason)) return NULL;
+  PyUnicode_InternInPlace(&reason);
+  Py_INCREF(reason); /* interned strings live as long as this reference: forever */
+  const char *r = PyUnicode_AsUTF8(reason);
+  if (!r) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = tpu_bridge_flush(index, r);
+  Py_END_ALLOW_THREADS
+  if (rc) return raise_bridge_code(rc);
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_cache_stats(PyObject *self, PyObject *noargs) {
   (void)self, (void)noargs;
   uint64_t hits, misses, entries, ns;
@@ -388,8 +424,11 @@ static PyMethodDef methods[] = {
     {"_reset_fallback_stats", py_reset_fallback_stats, METH_NOARGS, "Zero the counters."},
     {"_set_precision", py_set_precision, METH_VARARGS, "Matmul precision 0/1/2."},
     {"_get_precision", py_get_precision, METH_NOARGS, "Current matmul precision."},
-    {"_eager_mode", py_eager_mode, METH_NOARGS, "0 strict, 1 debug."},
-    {"_set_eager_mode", py_set_eager_mode, METH_VARARGS, "0 strict, 1 debug."},
+    {"_eager_mode", py_eager_mode, METH_NOARGS, "0 strict, 1 debug, 2 fused."},
+    {"_set_eager_mode", py_set_eager_mode, METH_VARARGS, "0 strict, 1 debug, 2 fused."},
+    {"_fused_stats", py_fused_stats, METH_NOARGS, "Fused eager statistics as a dict."},
+    {"_reset_fused_stats", py_reset_fused_stats, METH_NOARGS, "Zero the fused statistics."},
+    {"_flush", py_flush, METH_VARARGS, "Run the pending graph of a chip (-1: all)."},
     {"_cache_stats", py_cache_stats, METH_NOARGS, "Eager executable cache statistics."},
     {"_dist_module", py_dist_module, METH_NOARGS, "The distributed backend's module."},
     {NULL, NULL, 0, NULL},

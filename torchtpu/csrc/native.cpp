@@ -22,12 +22,14 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "device.h"
 #include "device_check.h"
 #include "eager.h"
+#include "fused.h"
 
 extern "C" {
 #include "tpu/compiler.h"
@@ -314,17 +316,6 @@ struct Call {
   }
 };
 
-// The run-time inputs of one call, in parameter order.
-struct Inputs {
-  std::vector<void *> ptrs;
-  std::vector<std::array<unsigned char, 16>> slots;  // scalar values (reserved up front)
-  std::vector<at::Tensor> host_copies;  // CPU tensor arguments (indices), read at call time
-  void scalar_slot(const void *value, size_t n) {
-    slots.emplace_back();
-    std::memcpy(slots.back().data(), value, n);
-  }
-};
-
 // Builds the parameters of a graph in argument order. The order here and in
 // collect_inputs must agree: tensors, CPU scalars and Scalars as they come; the
 // (seed, offset) pair of random ops last.
@@ -368,13 +359,14 @@ void add_params(LowerCtx &ctx, const Call &call) {
   }
 }
 
-void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset) {
-  in.slots.reserve(call.args.size() + 2);
+// |tensors| (if given) receives per input the tpu tensor it reads, or an undefined tensor
+// for a host input (a scalar or a CPU tensor).
+void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset,
+                    std::vector<at::Tensor> *tensors) {
   in.host_copies.reserve(call.args.size());
   auto add_tensor = [&](const at::Tensor &t) {
     if (is_cpu_scalar(t)) {
       in.scalar_slot(t.const_data_ptr(), t.element_size());
-      in.ptrs.push_back(in.slots.back().data());
     } else if (t.device().type() == c10::DeviceType::CPU) {
       // a CPU index tensor: copied now, as CUDA reads it at call time; the task owns it
       in.host_copies.push_back(at::empty_strided(t.sizes(), t.strides(), t.options()).copy_(t));
@@ -382,6 +374,8 @@ void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset
     } else {
       in.ptrs.push_back(const_cast<void *>(t.const_data_ptr()));
     }
+    if (tensors) tensors->resize(in.ptrs.size());
+    if (tensors && t.device().type() == kTpu) tensors->back() = t;
   };
   for (size_t i = 0; i < call.args.size(); i++) {
     const c10::IValue &v = call.args[i];
@@ -410,7 +404,6 @@ void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset
             int64_t x = s.toLong();
             in.scalar_slot(&x, sizeof x);
           }
-          in.ptrs.push_back(in.slots.back().data());
         }
         break;
       default:
@@ -419,10 +412,9 @@ void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset
   }
   if (call.info->random) {
     in.scalar_slot(&seed, sizeof seed);
-    in.ptrs.push_back(in.slots.back().data());
     in.scalar_slot(&offset, sizeof offset);
-    in.ptrs.push_back(in.slots.back().data());
   }
+  if (tensors) tensors->resize(in.ptrs.size());
 }
 
 // The meta twin of an argument. Wrapped Python numbers stay as they are (meta kernels
@@ -505,6 +497,7 @@ bool graph_is_elementwise(const tpu_graph_t *g) {
 struct ProgramInfo {
   std::vector<bool> undefined;      // per return
   std::vector<size_t> update_args;  // outputs after the defined returns write these args
+  const tpu_graph_t *graph = nullptr;  // the lowered graph, which fused mode inlines
 };
 
 std::mutex g_programs_mu;
@@ -523,14 +516,7 @@ struct GraphDeleter {
   void operator()(tpu_graph_t *g) const { tpu_graph_destroy(g); }
 };
 
-tpu_cache_t *eager_cache() {
-  static tpu_cache_t *cache = [] {
-    tpu_cache_t *c = nullptr;
-    check_status(tpu_cache_create(tpu_allocator_system(), &c), "tpu cache");
-    return c;
-  }();
-  return cache;
-}
+tpu_cache_t *eager_cache() { return executable_cache(); }
 
 std::mutex g_unsupported_mu;
 std::unordered_set<std::string> g_unsupported;  // keys that run through the fallback
@@ -539,9 +525,53 @@ std::string key_string(const Key &k) {
   return std::string(k.data().begin(), k.data().end());
 }
 
+std::string describe_tensor(const at::Tensor &t) {
+  std::ostringstream os;
+  if (!t.defined()) return "None";
+  os << c10::toString(t.scalar_type()) << t.sizes();
+  if (!t.is_contiguous()) os << " strides " << t.strides();
+  if (t.device().type() != kTpu) os << " on " << t.device();
+  return os.str();
+}
+
+// What the cache key saw of each argument, for TORCHTPU_LOG_RECOMPILES.
+ArgDescription describe_call(const c10::FunctionSchema &schema, const Call &call) {
+  ArgDescription out;
+  for (size_t i = 0; i < call.args.size(); i++) {
+    const c10::IValue &v = call.args[i];
+    std::ostringstream os;
+    switch (call.info->kinds[i]) {
+      case ArgKind::Tensor:
+      case ArgKind::Out:
+        os << (v.isTensor() ? describe_tensor(v.toTensor()) : "None");
+        break;
+      case ArgKind::TensorList:
+      case ArgKind::OptTensorList:
+        os << "[";
+        for (const c10::IValue &e : v.toListRef()) {
+          os << (e.isTensor() ? describe_tensor(e.toTensor()) : "None") << " ";
+        }
+        os << "]";
+        break;
+      case ArgKind::Scalar:
+        os << (v.isNone() ? "None" : v.toScalar().isFloatingPoint() ? "float" : "int") << " scalar";
+        break;
+      case ArgKind::Generator:
+        continue;
+      case ArgKind::Static:
+        os << v;
+        break;
+    }
+    out.emplace_back(schema.arguments()[i].name(), os.str());
+  }
+  out.emplace_back("precision", std::to_string(static_cast<int>(call.precision)));
+  return out;
+}
+
 // Lowers and compiles one call (the cache missed). Returns nullptr if unsupported.
 tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
                                const std::vector<at::Tensor> &metas) {
+  if (log_recompiles()) log_signature(call.info->name, describe_call(op.schema(), call));
   auto start = std::chrono::steady_clock::now();
   tpu_graph_t *raw = nullptr;
   check_status(tpu_graph_create(tpu_allocator_system(), &raw), "tpu graph");
@@ -616,6 +646,7 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
   check_status(tpu_compile(raw, &opts, tpu_allocator_system(), &exe), call.info->name.c_str());
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 std::chrono::steady_clock::now() - start).count();
+  prog.graph = g.release();  // kept with the executable, for the life of the process
   {
     std::lock_guard<std::mutex> lock(g_programs_mu);
     g_programs[exe] = prog;
@@ -632,6 +663,7 @@ struct RunTask {
   Inputs inputs;
   std::vector<void *> outputs;
   void *scratch;
+  std::string name;
 };
 
 tpu_status_t run_task(void *arg) {
@@ -661,26 +693,50 @@ bool has_mask_index(const std::vector<c10::IValue> &args) {
   return false;
 }
 
+}  // namespace
+
 // Allocates the task's scratch, queues it on the chip's stream, and frees the scratch at
 // once: later users of that memory are queued behind this task (stream order).
-void launch(RunTask *task, c10::Device device, const char *name) {
+void launch_executable(tpu_executable_t *exe, Inputs inputs, std::vector<void *> outputs,
+                       c10::Device device, std::string name) {
+  auto *task = new RunTask{exe, std::move(inputs), std::move(outputs), nullptr, std::move(name)};
   tpu_device_t *dev = device_at(device.index());
   size_t scratch_bytes = tpu_executable_scratch_bytes(task->exe);
   if (scratch_bytes) {
     tpu_status_t st = tpu_caching_alloc(tpu_device_allocator(dev), scratch_bytes, &task->scratch);
     if (st != TPU_OK) {
+      std::string what = task->name;
       release_task(task);
-      check_status(st, name);
+      check_status(st, what.c_str());
     }
   }
-  tpu_task_t t{run_task, release_task, task, name};
+  void *scratch = task->scratch;
+  tpu_task_t t{run_task, release_task, task, task->name.c_str()};  // the stream copies the name
   tpu_status_t st = tpu_stream_enqueue(tpu_device_stream(dev), &t);
-  if (task->scratch) tpu_caching_free(tpu_device_allocator(dev), task->scratch);
+  if (scratch) tpu_caching_free(tpu_device_allocator(dev), scratch);
   if (st != TPU_OK) {
-    release_task(task);
-    check_status(st, name);
+    std::string what = task->name;
+    release_task(task);  // a failed enqueue leaves the task with us
+    check_status(st, what.c_str());
   }
 }
+
+tpu_cache_t *executable_cache() {
+  static tpu_cache_t *cache = [] {
+    tpu_cache_t *c = nullptr;
+    check_status(tpu_cache_create(tpu_allocator_system(), &c), "tpu cache");
+    return c;
+  }();
+  return cache;
+}
+
+void Inputs::scalar_slot(const void *value, size_t n) {
+  slots.emplace_back();
+  std::memcpy(slots.back().data(), value, n);
+  ptrs.push_back(slots.back().data());
+}
+
+namespace {
 
 void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const OpInfo &info = op_info(op);
@@ -768,7 +824,8 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const ProgramInfo &prog = *program_info(exe);
   const size_t num_returns = info.return_alias.size();
   std::vector<at::Tensor> results(num_returns);
-  auto *task = new RunTask{exe, {}, {}, nullptr};
+  std::vector<void *> outputs;
+  std::vector<at::Tensor> written;  // per output: the tensor it writes
   int out_index = 0;
   for (size_t r = 0; r < num_returns; r++) {
     if (r < prog.undefined.size() && prog.undefined[r]) continue;
@@ -786,26 +843,40 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
         results[r] = at::empty(sizes, options);
       }
     }
-    task->outputs.push_back(results[r].data_ptr());
+    outputs.push_back(results[r].data_ptr());
+    written.push_back(results[r]);
     out_index++;
   }
-  for (size_t arg : prog.update_args) task->outputs.push_back(call.args[arg].toTensor().data_ptr());
+  for (size_t arg : prog.update_args) {
+    outputs.push_back(call.args[arg].toTensor().data_ptr());
+    written.push_back(call.args[arg].toTensor());
+  }
   uint64_t seed = 0, offset = 0;
+  RngUse rng;
   if (info.random) {
     int64_t numel = 0;
     for (const at::Tensor &t : results) numel += t.defined() ? t.numel() : 0;
-    std::optional<at::Generator> gen;
     for (size_t i = 0; i < call.args.size(); i++) {
       if (info.kinds[i] == ArgKind::Generator && call.args[i].isGenerator()) {
-        gen = call.args[i].toGenerator();
+        rng.gen = call.args[i].toGenerator();
       }
     }
-    reserve_philox(call.device.index(), gen, numel, &seed, &offset);
+    rng.used = true;
+    rng.count = numel;
+    reserve_philox(call.device.index(), rng.gen, numel, &seed, &offset);
   }
-  collect_inputs(call, task->inputs, seed, offset);
-
-  launch(task, call.device, info.name.c_str());
-  if (eager_mode() == EagerMode::Debug) synchronize_device(call.device.index());
+  Inputs inputs;
+  if (recording(call.device.index())) {
+    std::vector<at::Tensor> tensors;
+    collect_inputs(call, inputs, seed, offset, &tensors);
+    record_op(call.device, info.name, call.key.data(), prog.graph, inputs, tensors, written, rng);
+  } else {
+    collect_inputs(call, inputs, seed, offset, nullptr);
+    launch_executable(exe, std::move(inputs), std::move(outputs), call.device, info.name);
+    if (eager_mode() == EagerMode::Debug) synchronize_device(call.device.index());
+    exe = nullptr;
+  }
+  if (exe) tpu_executable_release(exe);
 
   torch::jit::drop(*stack, num_args);
   for (at::Tensor &r : results) stack->emplace_back(std::move(r));
@@ -816,14 +887,19 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
 // A copy into a tpu tensor, as a program: convert to dst's dtype, broadcast to its shape,
 // write through its strides. |src| is a tpu tensor on dst's chip, or (for host-to-device
 // copies) a contiguous CPU snapshot the task keeps alive.
-tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, bool src_on_host) {
+std::vector<unsigned char> copy_key(const at::Tensor &src, const at::Tensor &dst,
+                                    bool src_on_host) {
   Key key;
   key.pod('C');
   key.pod(src_on_host);
   key.tensor_meta(src);
   key.tensor_meta(dst);
   key.pod(static_cast<int8_t>(alias_kind(src, dst)));
-  const auto &k = key.data();
+  return key.data();
+}
+
+tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, bool src_on_host) {
+  const std::vector<unsigned char> k = copy_key(src, dst, src_on_host);
   uint64_t hash = tpu_cache_hash(k.data(), k.size());
   tpu_executable_t *exe = tpu_cache_lookup(eager_cache(), k.data(), k.size(), hash);
   if (exe) return exe;
@@ -844,6 +920,10 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
                                           std::chrono::steady_clock::now() - start).count());
   tpu_cache_insert(eager_cache(), k.data(), k.size(), hash, exe, ns);
   log_compile("copy_", exe, ns);
+  {
+    std::lock_guard<std::mutex> lock(g_programs_mu);
+    g_programs[exe].graph = g.release();
+  }
   return exe;
 }
 
@@ -869,11 +949,22 @@ bool native_copy(const at::Tensor &src, const at::Tensor &dst) {
     return false;
   }
   c10::DeviceGuard guard(dst.device());
-  auto *task = new RunTask{exe, {}, {}, nullptr};
-  if (from_host) task->inputs.host_copies.push_back(source);
-  task->inputs.ptrs.push_back(const_cast<void *>(source.const_data_ptr()));
-  task->outputs.push_back(dst.data_ptr());
-  launch(task, dst.device(), "aten::copy_");  // scratch too: an aliased copy converts via it
+  Inputs inputs;
+  if (from_host) inputs.host_copies.push_back(source);
+  inputs.ptrs.push_back(const_cast<void *>(source.const_data_ptr()));
+  if (recording(dst.device().index())) {
+    if (from_host) {
+      flush_if_pending(dst, "copy from host");  // the copy runs now, before pending reads
+    } else {
+      const ProgramInfo &prog = *program_info(exe);
+      record_op(dst.device(), "aten::copy_", copy_key(source, dst, false), prog.graph, inputs,
+                {source}, {dst}, RngUse{});
+      tpu_executable_release(exe);
+      return true;
+    }
+  }
+  // scratch too: an aliased copy converts via it
+  launch_executable(exe, std::move(inputs), {dst.data_ptr()}, dst.device(), "aten::copy_");
   if (eager_mode() == EagerMode::Debug) synchronize_device(dst.device().index());
   return true;
 }

@@ -12,11 +12,14 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <array>
+#include <deque>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 extern "C" {
+#include "tpu/compiler.h"
 #include "tpu/ir.h"
 }
 
@@ -65,6 +68,23 @@ struct LoweringRegistrar {
     for (const auto &e : entries) register_lowering(e.first, e.second);
   }
 };
+
+// The run-time inputs of one executable run, in parameter order: device pointers, host
+// scalar values, and host tensors the run reads (kept alive until it has run).
+struct Inputs {
+  std::vector<void *> ptrs;
+  std::deque<std::array<unsigned char, 16>> slots;  // scalar values (addresses are stable)
+  std::vector<at::Tensor> host_copies;              // CPU tensors read at run time
+  void scalar_slot(const void *value, size_t n);    // appends a slot and its pointer
+};
+
+// Queues one run of |exe| on chip |device|'s stream with scratch memory. Takes over the
+// caller's reference to |exe|; |name| names the run in a deferred error.
+void launch_executable(tpu_executable_t *exe, Inputs inputs, std::vector<void *> outputs,
+                       c10::Device device, std::string name);
+
+// The cached executable cache shared by eager, fused and compile mode.
+tpu_cache_t *executable_cache();
 
 // Copies |src| (a tpu tensor on dst's chip, or a CPU tensor) into tpu tensor |dst| on the
 // chip's stream, converting dtype and broadcasting. False if the case is not handled

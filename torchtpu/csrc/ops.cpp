@@ -37,6 +37,7 @@
 
 #include "device.h"
 #include "device_check.h"
+#include "fused.h"
 #include "native.h"
 
 extern "C" {
@@ -160,7 +161,14 @@ at::Tensor tpu_reshape_alias(const at::Tensor &self, c10::IntArrayRef size,
 const at::Tensor &tpu_resize_(const at::Tensor &self, c10::IntArrayRef size,
                               std::optional<c10::MemoryFormat> memory_format) {
   c10::DeviceGuard guard(self.device());  // new storage comes from self's chip
-  synchronize_if_tpu(self);               // the old bytes are copied on the host
+  int64_t numel = 1;
+  for (int64_t d : size) numel *= d;
+  size_t needed = static_cast<size_t>(self.storage_offset() + numel) * self.itemsize();
+  size_t have = self.storage().nbytes();
+  if (have > 0 && have < needed) {  // the storage grows: its old bytes are copied on the host
+    flush_if_pending(self, "resize");
+    synchronize_if_tpu(self);
+  }
   return at::native::resize_(self, size, memory_format);
 }
 
@@ -192,6 +200,8 @@ at::Tensor tpu_copy_from(const at::Tensor &self, const at::Tensor &dst, bool /*n
                 self.device(), " and ", dst.device(), "; tpu copies to and from cpu and tpu");
   }
   if (native_copy(self, dst)) return dst;
+  if (dst.device().type() == c10::DeviceType::CPU) flush_pending(self.device().index(), "copy to host");
+  flush_if_pending(dst, "copy");
   synchronize_if_tpu(self);
   synchronize_if_tpu(dst);
   HostAliases host;
@@ -207,6 +217,7 @@ at::Tensor tpu_copy_from_and_resize(const at::Tensor &self, const at::Tensor &ds
 }
 
 at::Scalar tpu_local_scalar_dense(const at::Tensor &self) {
+  if (self.device().type() == kTpu) flush_pending(self.device().index(), "item");
   synchronize_if_tpu(self);
   HostAliases host;
   return at::_local_scalar_dense(host.alias(self));
@@ -389,6 +400,7 @@ void tpu_fallback_impl(const c10::OperatorHandle &op, torch::jit::Stack *stack) 
     call.swap_in_default_generator();
   }
 
+  flush_pending(-1, "fallback");  // the CPU reads and writes memory the pending graphs own
   synchronize_device(call.device.index());
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   call.write_back();

@@ -1,0 +1,102 @@
+/* test_ir_inline.c: tpu_graph_inline, the splice fused eager and compile mode use to build
+ * one graph out of cached per-op graphs: parameters are replaced by the given values, every
+ * other node is copied with remapped operands and re-checked, and a type mismatch becomes
+ * the destination graph's error. */
+#include <string.h>
+
+#include "check.h"
+#include "ir/graph_internal.h"
+#include "ir_util.h"
+#include "tpu/ir.h"
+
+TEST(inline_splices_a_graph_twice) {
+  /* src: (a, b) -> exp(a) + b */
+  tpu_graph_t *src = ir_graph();
+  tpu_value_t a = ir_param(src, TPU_F32, SHAPE(2, 3));
+  tpu_value_t b = ir_param(src, TPU_F32, SHAPE(2, 3));
+  tpu_value_t e = tpu_graph_unary(src, TPU_OP_EXP, a);
+  tpu_value_t s = tpu_graph_binary(src, TPU_OP_ADD, e, b);
+  CHECK_OK(tpu_graph_output(src, s, NULL));
+
+  /* dst: x -> src(src(x, x), x) */
+  tpu_graph_t *dst = ir_graph();
+  tpu_value_t x = ir_param(dst, TPU_F32, SHAPE(2, 3));
+  tpu_value_t map[4];
+  tpu_value_t params[2] = {x, x};
+  CHECK_OK(tpu_graph_inline(dst, src, params, map));
+  CHECK(map[a] == x && map[b] == x);
+  tpu_value_t first = map[s];
+  params[0] = first;
+  CHECK_OK(tpu_graph_inline(dst, src, params, map));
+  CHECK_OK(tpu_graph_output(dst, map[s], NULL));
+  CHECK_OK(tpu_graph_verify(dst));
+  CHECK(tpu_graph_num_params(dst) == 1);
+  CHECK(tpu_graph_num_nodes(dst) == 5); /* x, exp, add, exp, add */
+  const tpu_node_t *last = tpu_graph_node(dst, map[s]);
+  CHECK(last->op == TPU_OP_ADD && last->operands[1] == x);
+  CHECK(tpu_graph_node(dst, last->operands[0])->operands[0] == first);
+  tpu_graph_destroy(src);
+  tpu_graph_destroy(dst);
+}
+
+TEST(inline_keeps_attributes) {
+  tpu_graph_t *src = ir_graph();
+  tpu_value_t a = ir_param(src, TPU_F32, SHAPE(2, 3));
+  int64_t perm[2] = {1, 0};
+  tpu_value_t t = tpu_graph_transpose(src, a, perm);
+  bool dims[2] = {false, true};
+  tpu_value_t r = tpu_graph_reduce(src, TPU_REDUCE_MAX, t, dims);
+  CHECK_OK(tpu_graph_output(src, r, NULL));
+  tpu_graph_t *dst = ir_graph();
+  tpu_value_t x = ir_param(dst, TPU_F32, SHAPE(2, 3));
+  tpu_value_t map[3];
+  CHECK_OK(tpu_graph_inline(dst, src, &x, map));
+  EXPECT_TYPE(dst, map[r], "f32[3]");
+  CHECK(tpu_graph_node(dst, map[r])->attrs.reduce.kind == TPU_REDUCE_MAX);
+  CHECK(tpu_graph_hash(dst) != 0);
+  tpu_graph_destroy(src);
+  tpu_graph_destroy(dst);
+}
+
+TEST(inline_rejects_a_mistyped_parameter) {
+  tpu_graph_t *src = ir_graph();
+  tpu_value_t a = ir_param(src, TPU_F32, SHAPE(4));
+  CHECK_OK(tpu_graph_output(src, tpu_graph_unary(src, TPU_OP_NEG, a), NULL));
+  tpu_graph_t *dst = ir_graph();
+  tpu_value_t x = ir_param(dst, TPU_BF16, SHAPE(4));
+  tpu_value_t map[2];
+  CHECK(tpu_graph_inline(dst, src, &x, map) == TPU_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(tpu_graph_error_message(dst), "inline: parameter 0") != NULL);
+  /* the error is sticky: a later inline fails at once */
+  tpu_value_t y = ir_param(dst, TPU_F32, SHAPE(4));
+  CHECK(tpu_graph_inline(dst, src, &y, map) != TPU_OK);
+  CHECK(tpu_graph_inline(NULL, src, &y, map) == TPU_ERR_INVALID_ARGUMENT);
+  tpu_graph_destroy(src);
+  tpu_graph_destroy(dst);
+}
+
+TEST(inline_copies_variadic_operands) {
+  tpu_graph_t *src = ir_graph();
+  tpu_value_t xs[20];
+  for (int i = 0; i < 20; i++) xs[i] = ir_param(src, TPU_F32, SHAPE(1, 2));
+  tpu_value_t c = tpu_graph_concatenate(src, xs, 20, 0);
+  CHECK_OK(tpu_graph_output(src, c, NULL));
+  tpu_graph_t *dst = ir_graph();
+  tpu_value_t p = ir_param(dst, TPU_F32, SHAPE(1, 2));
+  tpu_value_t params[20], map[21];
+  for (int i = 0; i < 20; i++) params[i] = p;
+  CHECK_OK(tpu_graph_inline(dst, src, params, map));
+  EXPECT_TYPE(dst, map[c], "f32[20,2]");
+  CHECK_OK(tpu_graph_output(dst, map[c], NULL));
+  CHECK_OK(tpu_graph_verify(dst));
+  tpu_graph_destroy(src);
+  tpu_graph_destroy(dst);
+}
+
+int main(void) {
+  RUN(inline_splices_a_graph_twice);
+  RUN(inline_keeps_attributes);
+  RUN(inline_rejects_a_mistyped_parameter);
+  RUN(inline_copies_variadic_operands);
+  return check_report();
+}

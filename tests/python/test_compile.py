@@ -1,0 +1,170 @@
+"""torch.compile(backend="tpu"): the examples train compiled with the same losses as eager
+(and as the CPU within DEFAULT precision), graph breaks run correctly, whole graphs become
+one compiled program whose memory plan reuses buffers, recompiles say what changed, and
+torchtpu.export's StableHLO runs under JAX's XLA with PyTorch's results.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+import torchtpu.compile as tc
+from conftest import subprocess_env
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+import train_cnn  # noqa: E402
+import train_gpt  # noqa: E402
+import train_mlp  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    tc.graphs.clear()
+    yield
+    torch._dynamo.reset()
+
+
+EXAMPLES = {
+    "mlp": lambda device, compile: train_mlp.train(5, device, compile=compile),
+    "cnn": lambda device, compile: train_cnn.train(4, device, compile=compile),
+    "gpt": lambda device, compile: train_gpt.train(5, device, quiet=True, compile=compile),
+}
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_examples_train_compiled_like_eager_and_cpu(name):
+    cpu = EXAMPLES[name]("cpu", False)
+    eager = EXAMPLES[name]("tpu", False)
+    torchtpu.reset_fallback_stats()
+    tc.graphs.clear()
+    compiled = EXAMPLES[name]("tpu", True)
+    assert torchtpu.fallback_stats() == {}
+    # the core-ATen decompositions reorder a few reductions: f32 rounding only
+    np.testing.assert_allclose(compiled, eager, rtol=2e-4, atol=1e-5)
+    # DEFAULT precision rounds matmul operands to bf16 (see test_examples.py)
+    np.testing.assert_allclose(compiled, cpu, rtol=3e-2, atol=3e-2)
+    replayed = {g.kind for g in tc.graphs if g.stats()["plans"] > 0}
+    assert replayed >= {"forward", "backward"}, replayed
+
+
+def test_whole_graph_is_one_program_with_a_memory_plan():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 64)).to("tpu")
+    forward = torch.compile(model, backend="tpu")
+    x = torch.randn(32, 64, device="tpu")
+    for _ in range(3):
+        forward(x).sum().backward()
+    (bw,) = [g for g in tc.graphs if g.kind == "backward"]
+    stats = bw.stats()
+    assert stats["plans"] == 1  # captured once, replayed after
+    assert stats["nodes"] > 20
+    # intermediates share memory: the planned peak is below the sum of all of them
+    assert 0 < stats["scratch_bytes"] < stats["unplanned_bytes"], stats
+
+
+def test_graph_breaks_run_the_rest_eagerly():
+    class Breaky(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8)
+            self.b = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.a(x).relu()
+            if h.sum() > 0:  # data-dependent Python control flow: a Dynamo graph break
+                h = h * 2
+            h = F.interpolate(h[:, None, :], scale_factor=2.0)[:, 0]  # no lowering: CPU
+            return self.b(h[:, :8])
+
+    torch.manual_seed(0)
+    model = Breaky()
+    x = torch.randn(4, 8)
+    want = model(x)
+    model = model.to("tpu")
+    torchtpu.set_fallback_mode("silent")
+    try:
+        forward = torch.compile(model, backend="tpu")
+        with torch.tpu.precision("highest"):
+            for _ in range(2):
+                got = forward(x.to("tpu"))
+    finally:
+        torchtpu.set_fallback_mode("warn")
+    torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_recompile_log_names_the_changed_input():
+    code = """
+import torch, torchtpu
+f = torch.compile(lambda x, w: (x @ w).relu(), backend="tpu", dynamic=False)
+w = torch.randn(16, 4, device="tpu")
+f(torch.randn(8, 16, device="tpu"), w)
+f(torch.randn(8, 16, device="tpu"), w)
+f(torch.randn(5, 16, device="tpu"), w)
+"""
+    env = subprocess_env({"TORCHTPU_LOG_RECOMPILES": "1"})
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "[torchtpu]" in ln and "graph #" in ln]
+    assert len(lines) == 2, r.stderr
+    assert "recompile" in lines[1] and "shape (8, 16) -> (5, 16)" in lines[1], lines
+
+
+def run_xla(text, args):
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)  # keep i64 inputs (token ids) as i64
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client as xc
+    backend = xla_bridge.get_backend("cpu")
+    dev = backend.devices()[0]
+    exe = backend.compile_and_load(text, xc.DeviceList((dev,)), xc.CompileOptions())
+    res = exe.execute_sharded([jax.device_put(np.asarray(a), dev) for a in args])
+    return [np.asarray(r[0]) for r in res.disassemble_into_single_device_arrays()]
+
+
+def test_export_gpt_forward_and_backward_runs_under_xla():
+    torch.manual_seed(0)
+    model = train_gpt.GPT(vocab=64, block_size=16, d_model=32, n_head=4, n_layer=1)
+    params = list(model.parameters())
+    g = torch.Generator().manual_seed(2)
+    x = torch.randint(0, 64, (2, 16), generator=g)
+    y = torch.randint(0, 64, (2, 16), generator=g)
+
+    def step(m):
+        def fn(x, y):
+            _, loss = m(x, y)
+            return (loss, *torch.autograd.grad(loss, list(m.parameters())))
+        return fn
+
+    want = [t.detach().numpy() for t in step(model)(x, y)]
+    tpu_model = model.to("tpu")
+    prog = torchtpu.export(step(tpu_model), (x, y))
+    assert prog.text.startswith("module @main") and "stablehlo.dot_general" in prog.text
+    got = run_xla(prog.text, prog.arguments(x, y))
+    assert len(got) == 1 + len(params)
+    # XLA's CPU computes f32 dots exactly; PyTorch too: tight tolerances
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_eager_recompile_log_names_the_changed_argument():
+    code = """
+import torch, torchtpu
+a = torch.ones(8, 16, device="tpu")
+a.sum(1); a.sum(1); a.sum(0); (a.t() * 2)
+"""
+    env = subprocess_env({"TORCHTPU_LOG_RECOMPILES": "1"})
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    misses = [ln for ln in r.stderr.splitlines() if "cache miss aten::sum" in ln]
+    assert len(misses) == 2, r.stderr  # the second a.sum(1) hits
+    assert "first signature" in misses[0] and "dim: [1] -> [0]" in misses[1], misses

@@ -1,0 +1,164 @@
+"""Fused eager mode (TORCHTPU_EAGER=fused): ops are recorded into a pending graph per chip
+and run together at a flush. Results must be bit-identical to strict eager (the same
+kernels run, only scheduled differently), including views, in-place ops and RNG, and a
+repeating training loop must stop compiling after its second step.
+"""
+import os
+import sys
+
+import pytest
+import torch
+
+import torchtpu
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+import train_cnn  # noqa: E402
+import train_gpt  # noqa: E402
+import train_mlp  # noqa: E402
+
+
+@pytest.fixture
+def fused():
+    torchtpu.set_eager_mode("fused")
+    torchtpu.reset_fused_stats()
+    yield
+    torchtpu.set_eager_mode("strict")
+
+
+def in_mode(mode, fn):
+    torchtpu.set_eager_mode(mode)
+    try:
+        return fn()
+    finally:
+        torchtpu.set_eager_mode("strict")
+
+
+EXAMPLES = {
+    "mlp": lambda: train_mlp.train(6, "tpu"),
+    "cnn": lambda: train_cnn.train(4, "tpu"),
+    "gpt": lambda: train_gpt.train(6, "tpu", quiet=True),
+}
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_examples_train_identically_in_strict_and_fused(name):
+    strict = in_mode("strict", EXAMPLES[name])
+    torchtpu.reset_fused_stats()
+    torchtpu.reset_fallback_stats()
+    fused = in_mode("fused", EXAMPLES[name])
+    stats = torchtpu.fused_stats()
+    assert fused == strict
+    assert torchtpu.fallback_stats() == {}
+    assert stats["ops_recorded"] > 100 * len(fused) / 6
+    # whole steps run as a few graphs, not one per op
+    assert stats["graphs_run"] <= 6 * len(fused), stats
+    assert stats["flush:optimizer step"] == len(fused)
+
+
+def torture(device):
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(6, 8, generator=gen).to(device)
+    w = torch.randn(8, 8, generator=gen).to(device)
+    torch.manual_seed(7)
+    y = x @ w
+    a, b = y.split(4, dim=1)                 # views with offsets of a pending value
+    z = (a * b.t().t()).relu_()              # in-place on a pending result
+    h = y.view(6, 2, 4).transpose(0, 1)      # heads-style view
+    z.add_(h.sum(0)[:, :4])
+    y[:, 0].mul_(0)                          # in-place write through a strided view
+    y[1:3] += 1                              # and through a slice
+    d = torch.nn.functional.dropout(y, 0.5)  # RNG: the same masks in every mode
+    e = torch.rand(3, 5, device=device)
+    m = torch.where(d > 0, d, e.sum() * torch.ones_like(d))
+    c = m.clone()
+    c[::2] = torch.arange(8.0, device=device)   # index_put / copy into a view
+    u = c.unsqueeze(1).expand(6, 3, 8).contiguous()
+    return [t.cpu() for t in (y, z, d, e, m, c, u)]
+
+
+def test_views_inplace_and_rng_match_strict():
+    strict = in_mode("strict", lambda: torture("tpu"))
+    fused = in_mode("fused", lambda: torture("tpu"))
+    for i, (s, f) in enumerate(zip(strict, fused)):
+        assert torch.equal(s, f), i
+    cpu = torture("cpu")
+    # the same program on the CPU, up to the first random op (the generators differ by
+    # design); DEFAULT precision rounds the matmul's operands to bf16
+    for i in (0, 1):
+        assert torch.allclose(strict[i], cpu[i], atol=5e-2, rtol=5e-2), i
+
+
+def branchy_loop(device):
+    x = torch.zeros(4, device=device)
+    taken = []
+    for i in range(6):
+        x = x + (1 if i % 2 == 0 else -2)
+        if x.sum() > 0:  # needs the value: flushes
+            taken.append(i)
+            x = x * 2
+    return taken, x.cpu()
+
+
+def test_data_dependent_control_flow_in_a_loop(fused):
+    taken, x = branchy_loop("tpu")
+    assert torchtpu.fused_stats()["flush:item"] == 6
+    cpu_taken, cpu_x = branchy_loop("cpu")
+    assert taken == cpu_taken == [0, 2, 4] and torch.equal(x, cpu_x)
+
+
+def test_training_loop_stops_compiling_after_the_second_step(fused):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = torch.randn(8, 16, device="tpu"), torch.randint(0, 4, (8,), device="tpu")
+    misses = []
+    for _ in range(5):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        misses.append(torchtpu.fused_stats()["graph_cache_misses"])
+    assert misses[2] == misses[3] == misses[4], misses
+    assert loss.item() < 1.5
+
+
+def test_dead_results_are_never_written_and_memory_is_reused(fused):
+    x = torch.randn(256, 256, device="tpu")
+    torch.tpu.synchronize()
+    base = torch.tpu.memory_allocated()
+    for _ in range(50):
+        x = (x * 1.0001).tanh()  # each old x dies before the flush
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() - base <= 256 * 256 * 4
+    assert torchtpu.fused_stats()["ops_recorded"] >= 100
+
+
+def test_size_limit_and_flush_reasons_are_counted(fused):
+    x = torch.ones(4, device="tpu")
+    for _ in range(2100):
+        x = x + 1
+    stats = torchtpu.fused_stats()
+    assert stats.get("flush:size limit", 0) == 1
+    assert x.cpu()[0].item() == 2101
+    assert torchtpu.fused_stats()["flush:copy to host"] == 1
+
+
+def test_cpu_fallback_sees_recorded_values(fused):
+    x = torch.arange(6.0, device="tpu") * 2
+    torchtpu.set_fallback_mode("silent")
+    try:
+        y = torch.nonzero(x > 4)  # data-dependent shape: the CPU fallback
+    finally:
+        torchtpu.set_fallback_mode("warn")
+    assert y.cpu().flatten().tolist() == [3, 4, 5]
+    assert torchtpu.fused_stats()["flush:fallback"] >= 1
+
+
+def test_device_error_surfaces_at_the_next_sync(fused):
+    table = torch.randn(4, 3, device="tpu")
+    idx = torch.tensor([0, 7], device="tpu")
+    out = table[idx] * 2  # recorded: nothing runs yet
+    with pytest.raises(IndexError, match="fused graph"):
+        out.cpu()
+    assert torch.equal((table[torch.tensor([1], device="tpu")] * 0).cpu(), torch.zeros(1, 3))

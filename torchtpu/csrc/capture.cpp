@@ -1,0 +1,417 @@
+// capture.cpp: compile mode's plans (fused.h: capture_begin / capture_end / replay).
+//
+// torch.compile(backend="tpu") hands each AOTAutograd graph (forward, backward) to
+// torchtpu/compile.py, which runs it once with recording forced on: every op of the graph
+// lands in the chip's pending graph, so the whole graph becomes one IR graph, compiled
+// once. The plan remembers where each parameter comes from (an input of the compiled
+// function at a byte offset, a constant tensor, a scalar, or fresh random numbers) and
+// where each output goes (a new storage, or an input it mutates), so that later calls
+// with the same input signature only bind pointers and queue one executable: no Python
+// per op, no lowering, no cache lookup.
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
+#include "device.h"
+#include "eager.h"
+#include "fused_internal.h"
+
+namespace torchtpu {
+namespace {
+
+using namespace fused;
+
+struct PlanParam {
+  enum Kind { Input, Constant } kind = Constant;
+  int input = -1;
+  int64_t delta = 0;  // bytes from the input's data pointer
+  Param param;        // Constant: the tensor, scalar or RNG use
+};
+
+struct PlanOutput {
+  bool to_input = false;
+  int index = -1;      // input, or fresh storage group
+  int64_t offset = 0;  // bytes: from the input's data pointer, or from the group's start
+};
+
+struct PlanResult {
+  enum Kind { Group, InputView, Constant } kind = Constant;
+  int index = -1;
+  at::Tensor constant;
+  at::ScalarType dtype = at::kFloat;
+  int64_t offset = 0;  // bytes from the group's start, or from the input's data pointer
+  std::vector<int64_t> sizes, strides;
+};
+
+struct Plan {
+  std::vector<int64_t> signature;
+  c10::DeviceIndex device = 0;
+  tpu_executable_t *exe = nullptr;  // owned (one reference)
+  std::string name;
+  std::vector<PlanParam> params;
+  std::vector<RngUse> rngs;
+  std::vector<PlanOutput> outputs;
+  std::vector<size_t> group_bytes;
+  std::vector<PlanResult> results;
+  int64_t num_nodes = 0;  // of the captured graph, before optimization
+};
+
+std::mutex g_plans_mu;
+std::unordered_map<int64_t, std::vector<std::unique_ptr<Plan>>> g_plans;  // never erased
+
+// dtype, sizes, strides of each input, and which earlier input shares its storage.
+std::vector<int64_t> signature_of(const std::vector<at::Tensor> &inputs) {
+  std::vector<int64_t> s;
+  for (size_t i = 0; i < inputs.size(); i++) {
+    const at::Tensor &t = inputs[i];
+    s.push_back(static_cast<int64_t>(t.scalar_type()));
+    s.push_back(t.dim());
+    for (int64_t d : t.sizes()) s.push_back(d);
+    for (int64_t d : t.strides()) s.push_back(d);
+    int64_t same = -1;
+    for (size_t j = 0; j < i && same < 0; j++) {
+      if (inputs[j].storage().is_alias_of(t.storage())) {
+        same = static_cast<int64_t>(j);
+        s.push_back(same);
+        s.push_back(t.storage_offset() - inputs[j].storage_offset());
+      }
+    }
+    if (same < 0) s.push_back(-1);
+  }
+  return s;
+}
+
+const char *data_of(const at::Tensor &t) { return static_cast<const char *>(t.const_data_ptr()); }
+
+// Builds the plan from the pending graph after a capture; nullptr if some tensor cannot be
+// placed (the caller flushes instead).
+std::unique_ptr<Plan> build_plan(Pending &p, const std::vector<at::Tensor> &inputs,
+                                 const std::vector<at::Tensor> &results,
+                                 const std::vector<LiveWrite> &writes) {
+  auto plan = std::make_unique<Plan>();
+  plan->device = p.index;
+  plan->rngs = p.rngs;
+  std::unordered_map<const c10::StorageImpl *, int> input_of;
+  for (size_t i = inputs.size(); i-- > 0;) {
+    input_of[inputs[i].storage().unsafeGetStorageImpl()] = static_cast<int>(i);
+  }
+  for (const Param &q : p.params) {
+    PlanParam pp;
+    pp.param = q;
+    if (q.tensor.defined() && q.tensor.device().type() == kTpu) {
+      auto it = input_of.find(q.tensor.storage().unsafeGetStorageImpl());
+      if (it != input_of.end()) {
+        pp.kind = PlanParam::Input;
+        pp.input = it->second;
+        pp.delta = data_of(q.tensor) - data_of(inputs[it->second]);
+        pp.param.tensor = at::Tensor();
+      }
+    }
+    plan->params.push_back(std::move(pp));
+  }
+  std::unordered_map<const c10::StorageImpl *, int> group_of;
+  for (const LiveWrite &w : writes) {
+    const c10::StorageImpl *impl = w.second.get();
+    PlanOutput o;
+    auto it = input_of.find(impl);
+    if (it != input_of.end()) {
+      o.to_input = true;
+      o.index = it->second;
+      o.offset = w.first->geo.offset -
+                 inputs[it->second].storage_offset() * inputs[it->second].itemsize();
+    } else {
+      auto [g, fresh] = group_of.emplace(impl, static_cast<int>(plan->group_bytes.size()));
+      if (fresh) plan->group_bytes.push_back(impl->nbytes());
+      o.index = g->second;
+      o.offset = w.first->geo.offset;
+    }
+    plan->outputs.push_back(o);
+  }
+  for (const at::Tensor &t : results) {
+    PlanResult r;
+    r.dtype = t.scalar_type();
+    r.sizes = t.sizes().vec();
+    r.strides = t.strides().vec();
+    const c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
+    auto g = group_of.find(impl);
+    auto in = input_of.find(impl);
+    if (g != group_of.end()) {
+      r.kind = PlanResult::Group;
+      r.index = g->second;
+      r.offset = t.storage_offset() * t.itemsize();
+    } else if (in != input_of.end()) {
+      r.kind = PlanResult::InputView;
+      r.index = in->second;
+      r.offset = data_of(t) - data_of(inputs[in->second]);
+    } else {
+      for (const auto &[s, st] : p.storages) {
+        if (s == impl && st.written) return nullptr;  // a result nothing else holds: dead
+      }
+      r.kind = PlanResult::Constant;
+      r.constant = t;
+    }
+    plan->results.push_back(std::move(r));
+  }
+  // every live written storage must be an input or hold a result
+  for (const LiveWrite &w : writes) {
+    const c10::StorageImpl *impl = w.second.get();
+    if (!input_of.count(impl) && !group_of.count(impl)) return nullptr;
+  }
+  return plan;
+}
+
+// A tensor of the plan's result |r| over |storage| (|base|: the byte address of element 0).
+at::Tensor result_tensor(const PlanResult &r, const c10::Storage &storage, int64_t byte_offset,
+                         c10::DeviceIndex device) {
+  auto options = at::TensorOptions().dtype(r.dtype).device(kTpu, device);
+  at::Tensor t = at::empty({0}, options);
+  int64_t item = static_cast<int64_t>(c10::elementSize(r.dtype));
+  t.set_(storage, byte_offset / item, r.sizes, r.strides);
+  return t;
+}
+
+// Queues one run of |plan| over |inputs|; fills |results| (new tensors for fresh outputs).
+void run_plan(const Plan &plan, const std::vector<at::Tensor> &inputs,
+              const std::vector<void *> *capture_outputs, std::vector<at::Tensor> *results) {
+  Inputs in;
+  std::vector<uint64_t> rng_values;
+  for (const RngUse &r : plan.rngs) {
+    uint64_t seed = 0, offset = 0;
+    reserve_philox(plan.device, r.gen, r.count, &seed, &offset);
+    rng_values.push_back(seed);
+    rng_values.push_back(offset);
+  }
+  for (const PlanParam &pp : plan.params) {
+    if (pp.kind == PlanParam::Input) {
+      in.ptrs.push_back(const_cast<char *>(data_of(inputs[pp.input]) + pp.delta));
+    } else {
+      bind_params({pp.param}, capture_outputs ? nullptr : &rng_values, in);
+    }
+  }
+  std::vector<void *> outs;
+  if (capture_outputs) {
+    outs = *capture_outputs;
+  } else {
+    std::vector<c10::Storage> groups;
+    for (size_t bytes : plan.group_bytes) {
+      groups.push_back(at::empty({static_cast<int64_t>(bytes)},
+                                 at::TensorOptions().dtype(at::kByte).device(kTpu, plan.device))
+                           .storage());
+    }
+    for (const PlanOutput &o : plan.outputs) {
+      char *base = o.to_input ? const_cast<char *>(data_of(inputs[o.index]))
+                              : static_cast<char *>(groups[o.index].mutable_data());
+      outs.push_back(base + o.offset);
+    }
+    for (const PlanResult &r : plan.results) {
+      switch (r.kind) {
+        case PlanResult::Group:
+          results->push_back(result_tensor(r, groups[r.index], r.offset, plan.device));
+          break;
+        case PlanResult::InputView: {
+          const at::Tensor &base = inputs[r.index];
+          int64_t off = base.storage_offset() * base.itemsize() + r.offset;
+          results->push_back(result_tensor(r, base.storage(), off, plan.device));
+          break;
+        }
+        case PlanResult::Constant:
+          results->push_back(r.constant);
+          break;
+      }
+    }
+  }
+  tpu_executable_retain(plan.exe);
+  launch_executable(plan.exe, std::move(in), std::move(outs), c10::Device(kTpu, plan.device),
+                    plan.name);
+  if (eager_mode() == EagerMode::Debug) synchronize_device(plan.device);
+}
+
+}  // namespace
+
+void capture_begin(c10::DeviceIndex index, const std::vector<at::Tensor> &inputs,
+                   bool exporting) {
+  flush_pending(index, "compile");
+  Pending &p = pending(index);
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
+  p.capturing = true;
+  p.capture_cut = false;
+  p.exporting = exporting;
+  g_capturing++;
+  // the inputs are the graph's first parameters, in order; reads of views of them become
+  // view ops on these values
+  ensure_graph(p);
+  for (const at::Tensor &t : inputs) {
+    if (t.device() == c10::Device(kTpu, index)) read_tensor(p, t);
+  }
+}
+
+// Ends the capture state of |p| (its lock held).
+void end_capture(Pending &p) {
+  TORCH_CHECK(p.capturing, "torchtpu: capture ended without capture_begin");
+  p.capturing = false;
+  p.exporting = false;
+  g_capturing--;
+}
+
+void capture_abort(c10::DeviceIndex index) {
+  Pending &p = pending(index);
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
+  end_capture(p);
+  flush_locked(p, "compile: error");
+}
+
+bool capture_end(c10::DeviceIndex index, int64_t fn, const std::vector<at::Tensor> &inputs,
+                 const std::vector<at::Tensor> &outputs) {
+  Pending &p = pending(index);
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
+  end_capture(p);
+  if (p.capture_cut || p.num_ops == 0) {
+    flush_locked(p, "compile: graph break");
+    return false;
+  }
+  auto writes = live_writes(p);
+  std::unique_ptr<Plan> plan = build_plan(p, inputs, outputs, writes);
+  if (!plan) {
+    flush_locked(p, "compile: unplaced tensor");
+    return false;
+  }
+  std::vector<unsigned char> key = p.key;
+  std::vector<void *> outs;
+  tpu_compile_options_t opts{};
+  try {
+    add_outputs(p, writes, key, outs, opts);
+    plan->exe = compile_pending(p, key, opts);
+    plan->name = "compiled " + graph_name(p);
+    plan->num_nodes = tpu_graph_num_nodes(p.g);
+    plan->signature = signature_of(inputs);
+    run_plan(*plan, inputs, &outs, nullptr);
+  } catch (...) {
+    p.reset();
+    throw;
+  }
+  p.reset();
+  std::lock_guard<std::mutex> plock(g_plans_mu);
+  g_plans[fn].push_back(std::move(plan));
+  return true;
+}
+
+std::string capture_export(c10::DeviceIndex index, const std::vector<at::Tensor> &outputs,
+                           const std::string &name, std::vector<at::Tensor> *constants) {
+  Pending &p = pending(index);
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
+  bool cut = p.capture_cut;
+  end_capture(p);
+  struct Reset {
+    Pending &p;
+    ~Reset() { p.reset(); }
+  } reset{p};
+  TORCH_CHECK(!cut, "torchtpu.export: the program could not be captured as one graph (an op "
+              "ran on the CPU or a value was read on the host; see torchtpu.fused_stats())");
+  ensure_graph(p);
+  for (const at::Tensor &t : outputs) {
+    TORCH_CHECK(t.device() == c10::Device(kTpu, index), "torchtpu.export: output on ", t.device());
+    tpu_value_t v = read_tensor(p, t);
+    TORCH_CHECK(v != TPU_NO_VALUE, "torchtpu.export: an output is a view the graph cannot express");
+    check_status(tpu_graph_output(p.g, v, nullptr), "torchtpu.export");
+  }
+  for (const Param &q : p.params) {
+    TORCH_CHECK(q.tensor.defined(), "torchtpu.export: a random op's seed is not exportable");
+    constants->push_back(q.tensor);
+  }
+  char *text = nullptr;
+  size_t len = 0;
+  check_status(tpu_graph_print_stablehlo(p.g, name.c_str(), tpu_allocator_system(), &text, &len),
+               "torchtpu.export");
+  std::string out(text, len);
+  tpu_allocator_system().free(tpu_allocator_system().self, text);
+  return out;
+}
+
+bool replay(int64_t fn, const std::vector<at::Tensor> &inputs, std::vector<at::Tensor> *outputs) {
+  const Plan *plan = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_plans_mu);
+    auto it = g_plans.find(fn);
+    if (it == g_plans.end()) return false;
+    std::vector<int64_t> sig = signature_of(inputs);
+    for (const auto &pl : it->second) {
+      if (pl->signature == sig) plan = pl.get();
+    }
+  }
+  if (!plan) return false;
+  for (const at::Tensor &t : inputs) {
+    TORCH_CHECK(t.device() == c10::Device(kTpu, plan->device), "torchtpu compiled graph: input on ",
+                t.device(), ", compiled for tpu:", static_cast<int>(plan->device));
+  }
+  flush_pending(plan->device, "compiled graph");
+  run_plan(*plan, inputs, nullptr, outputs);
+  return true;
+}
+
+namespace {
+
+// [plans, steps, scratch bytes, unplanned bytes, graph nodes] of |fn|'s latest plan.
+std::vector<int64_t> op_plan_stats(int64_t fn) {
+  std::lock_guard<std::mutex> lock(g_plans_mu);
+  auto it = g_plans.find(fn);
+  if (it == g_plans.end() || it->second.empty()) return {0, 0, 0, 0, 0};
+  const Plan &p = *it->second.back();
+  return {static_cast<int64_t>(it->second.size()), tpu_executable_num_steps(p.exe),
+          static_cast<int64_t>(tpu_executable_scratch_bytes(p.exe)),
+          static_cast<int64_t>(tpu_executable_unplanned_bytes(p.exe)), p.num_nodes};
+}
+
+void op_capture_begin(int64_t device, at::TensorList inputs, bool exporting) {
+  capture_begin(static_cast<c10::DeviceIndex>(device), inputs.vec(), exporting);
+}
+
+std::tuple<std::string, std::vector<at::Tensor>> op_capture_export(int64_t device,
+                                                                   at::TensorList outputs,
+                                                                   c10::string_view name) {
+  std::vector<at::Tensor> params;
+  std::string text = capture_export(static_cast<c10::DeviceIndex>(device), outputs.vec(),
+                                    std::string(name), &params);
+  return {text, params};
+}
+
+void op_capture_abort(int64_t device) { capture_abort(static_cast<c10::DeviceIndex>(device)); }
+
+bool op_capture_end(int64_t device, int64_t fn, at::TensorList inputs, at::TensorList outputs) {
+  return capture_end(static_cast<c10::DeviceIndex>(device), fn, inputs.vec(), outputs.vec());
+}
+
+std::tuple<bool, std::vector<at::Tensor>> op_replay(int64_t fn, at::TensorList inputs) {
+  std::vector<at::Tensor> out;
+  bool ok = replay(fn, inputs.vec(), &out);
+  return {ok, out};
+}
+
+void op_flush(int64_t device, c10::string_view reason) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::string> names;  // stable C strings
+  const char *r;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    r = names.emplace(std::string(reason), std::string(reason)).first->second.c_str();
+  }
+  flush_pending(static_cast<int>(device), r);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(torchtpu, m) {
+  m.def("capture_begin(int device, Tensor[] inputs, bool exporting) -> ()", &op_capture_begin);
+  m.def("capture_export(int device, Tensor[] outputs, str name) -> (str, Tensor[])",
+        &op_capture_export);
+  m.def("capture_abort(int device) -> ()", &op_capture_abort);
+  m.def("capture_end(int device, int fn, Tensor[] inputs, Tensor[] outputs) -> bool",
+        &op_capture_end);
+  m.def("replay(int fn, Tensor[] inputs) -> (bool, Tensor[])", &op_replay);
+  m.def("flush(int device, str reason) -> ()", &op_flush);
+  m.def("plan_stats(int fn) -> int[]", &op_plan_stats);
+}
+
+}  // namespace torchtpu

@@ -1,0 +1,439 @@
+// fused.cpp: the pending graph of fused eager mode and of compile-mode capture (fused.h).
+//
+// One Pending per chip, guarded by its own (recursive) mutex because autograd records
+// backward ops from its device thread. Recording an op costs a lookup per input, an
+// inline of the op's cached graph (a few nodes) and a key append; flushing costs one
+// cache lookup keyed by everything recorded (the ops' signatures and how their inputs
+// and outputs are wired), so a training step that records the same ops in the same order
+// runs the same cached executable every time.
+#include "fused.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/core/StorageImpl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "device.h"
+#include "eager.h"
+#include "fused_internal.h"
+
+namespace torchtpu {
+namespace fused {
+
+std::atomic<int> g_capturing{0};
+
+Pending &pending(c10::DeviceIndex index) {
+  static std::array<std::atomic<Pending *>, 64> all{};  // TORCHTPU_CHIPS is at most 64
+  static std::mutex mu;
+  TORCH_CHECK(index >= 0 && index < 64, "tpu: no device ", static_cast<int>(index));
+  Pending *p = all[index].load(std::memory_order_acquire);
+  if (p) return *p;
+  std::lock_guard<std::mutex> lock(mu);
+  p = all[index].load();
+  if (!p) {
+    p = new Pending();  // one per chip for the life of the process
+    p->index = index;
+    all[index].store(p, std::memory_order_release);
+  }
+  return *p;
+}
+
+int device_count() { return tpu_device_count(); }
+
+// ---- statistics ------------------------------------------------------------------------
+
+std::mutex g_stats_mu;
+std::map<std::string, uint64_t> g_flush_reasons;
+uint64_t g_ops_recorded = 0, g_graphs_run = 0, g_graph_hits = 0, g_graph_misses = 0;
+
+int max_ops() {
+  static const int n = [] {
+    const char *v = std::getenv("TORCHTPU_FUSED_MAX_OPS");
+    int x = v ? std::atoi(v) : 0;
+    return x > 0 ? x : 2000;
+  }();
+  return n;
+}
+
+bool debug_views() {
+  static const bool on = [] {
+    const char *v = std::getenv("TORCHTPU_FUSED_DEBUG");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+template <typename T>
+void key_pod(std::vector<unsigned char> &k, const T &v) {
+  const auto *c = reinterpret_cast<const unsigned char *>(&v);
+  k.insert(k.end(), c, c + sizeof v);
+}
+
+void key_geo(std::vector<unsigned char> &k, const Geo &g) {
+  key_pod(k, g.offset);
+  key_pod(k, g.rank);
+  key_pod(k, static_cast<int8_t>(g.dtype));
+  for (int i = 0; i < g.rank; i++) {
+    key_pod(k, g.sizes[i]);
+    key_pod(k, g.strides[i]);
+  }
+}
+
+void ensure_graph(Pending &p) {
+  if (!p.g) check_status(tpu_graph_create(tpu_allocator_system(), &p.g), "tpu fused graph");
+}
+
+// The value of tpu tensor |t| in the pending graph: what it last wrote there (or a view
+// of it), a parameter already bound to it, or a new parameter. TPU_NO_VALUE if the
+// storage was written with a geometry |t| cannot be expressed in (flush first).
+tpu_value_t read_tensor(Pending &p, const at::Tensor &t) {
+  c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
+  Geo geo = geo_of(t);
+  auto it = p.storages.find(impl);
+  if (it != p.storages.end() && it->second.written) {
+    StorageState &st = it->second;
+    if (geo == st.geo) return st.value;
+    tpu_value_t v = view_of(p.g, st.value, st.geo, geo);
+    if (v != TPU_NO_VALUE) {
+      p.key.push_back('v');
+      key_pod(p.key, st.value);
+      key_geo(p.key, st.geo);
+      key_geo(p.key, geo);
+    }
+    return v;
+  }
+  if (it != p.storages.end()) {
+    for (const auto &[g, v] : it->second.reads) {
+      if (g == geo) return v;
+    }
+    for (const auto &[g, v] : it->second.reads) {  // a view of a parameter read before
+      tpu_value_t w = view_of(p.g, v, g, geo);
+      if (w == TPU_NO_VALUE) continue;
+      p.key.push_back('r');
+      key_pod(p.key, v);
+      key_geo(p.key, g);
+      key_geo(p.key, geo);
+      return w;
+    }
+  }
+  tpu_shape_t shape = to_shape(t.sizes());
+  tpu_value_t v = tpu_graph_parameter(p.g, to_tpu_dtype(t.scalar_type()), &shape,
+                                      t.is_contiguous() ? nullptr : t.strides().data());
+  p.params.push_back(Param{t, {}, 0, -1});
+  p.storages[impl].reads.emplace_back(geo, v);
+  p.key.push_back('p');
+  key_geo(p.key, geo);
+  return v;
+}
+
+// True if writing |t| needs a flush first: its storage was written with another geometry.
+bool write_conflicts(Pending &p, const at::Tensor &t) {
+  auto it = p.storages.find(t.storage().unsafeGetStorageImpl());
+  return it != p.storages.end() && it->second.written && !(it->second.geo == geo_of(t));
+}
+
+void write_tensor(Pending &p, const at::Tensor &t, tpu_value_t v) {
+  c10::StorageImpl *impl = t.storage().unsafeGetStorageImpl();
+  StorageState &st = p.storages[impl];
+  if (!st.weak) st.weak = t.storage().getWeakStorageImpl();
+  st.written = true;
+  st.geo = geo_of(t);
+  st.value = v;
+  st.write_seq = ++p.seq;
+}
+
+// The parameter nodes of a one-op graph, by index.
+std::vector<const tpu_node_t *> params_of(const tpu_graph_t *g) {
+  std::vector<const tpu_node_t *> out(tpu_graph_num_params(g), nullptr);
+  for (int v = 0; v < tpu_graph_num_nodes(g); v++) {
+    const tpu_node_t *n = tpu_graph_node(g, v);
+    if (n->op == TPU_OP_PARAMETER) out[n->attrs.param.index] = n;
+  }
+  return out;
+}
+
+// A host input of a recorded op: its bytes (a scalar) or the CPU tensor holding it.
+tpu_value_t read_host(Pending &p, const tpu_node_t *param, const void *ptr, Inputs &inputs,
+                      int rng, int rng_index) {
+  if (p.exporting && param->shape.rank == 0) {  // exported programs take scalars as constants
+    p.key.push_back('k');
+    tpu_dtype_t dt = param->dtype;
+    if (tpu_dtype_is_float(dt)) {
+      double x = dt == TPU_F64   ? *static_cast<const double *>(ptr)
+                 : dt == TPU_F32 ? *static_cast<const float *>(ptr)
+                 : dt == TPU_F16 ? static_cast<double>(*static_cast<const c10::Half *>(ptr))
+                                 : static_cast<double>(*static_cast<const c10::BFloat16 *>(ptr));
+      return tpu_graph_constant(p.g, dt, &param->shape, x);
+    }
+    int64_t x = 0;
+    std::memcpy(&x, ptr, tpu_dtype_size(dt));  // little-endian: low bytes first
+    if (dt == TPU_BOOL) return tpu_graph_constant(p.g, dt, &param->shape, x ? 1.0 : 0.0);
+    return tpu_graph_constant_int(p.g, dt, &param->shape, x);
+  }
+  tpu_value_t v = tpu_graph_parameter(p.g, param->dtype, &param->shape, nullptr);
+  Param q{};
+  q.rng = rng;
+  q.rng_index = rng_index;
+  int64_t numel = 1;
+  for (int i = 0; i < param->shape.rank; i++) numel *= param->shape.dims[i];
+  size_t bytes = static_cast<size_t>(numel) * tpu_dtype_size(param->dtype);
+  if (param->shape.rank == 0 && bytes <= q.bytes.size()) {
+    std::memcpy(q.bytes.data(), ptr, bytes);
+  } else {
+    for (const at::Tensor &h : inputs.host_copies) {
+      if (h.const_data_ptr() == ptr) q.tensor = h;
+    }
+    TORCH_INTERNAL_ASSERT(q.tensor.defined(), "tpu fused: host input is not a known tensor");
+  }
+  p.params.push_back(std::move(q));
+  p.key.push_back('h');
+  key_pod(p.key, static_cast<int8_t>(rng));
+  return v;
+}
+
+void count_flush(const char *reason) {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  g_flush_reasons[reason]++;
+}
+
+struct GraphDeleter {
+  void operator()(tpu_graph_t *g) const { tpu_graph_destroy(g); }
+};
+
+tpu_executable_t *compile_pending(Pending &p, const std::vector<unsigned char> &key,
+                                  const tpu_compile_options_t &opts) {
+  uint64_t hash = tpu_cache_hash(key.data(), key.size());
+  tpu_executable_t *exe = tpu_cache_lookup(executable_cache(), key.data(), key.size(), hash);
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  if (exe) {
+    g_graph_hits++;
+    return exe;
+  }
+  g_graph_misses++;
+  auto start = std::chrono::steady_clock::now();
+  if (tpu_graph_status(p.g) != TPU_OK) {
+    TORCH_CHECK(false, "tpu fused graph: recording built a bad graph: ",
+                tpu_graph_error_message(p.g));
+  }
+  check_status(tpu_compile(p.g, &opts, tpu_allocator_system(), &exe), "tpu fused graph");
+  uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now() - start).count());
+  tpu_cache_insert(executable_cache(), key.data(), key.size(), hash, exe, ns);
+  log_compile("fused graph of " + std::to_string(p.num_ops) + " ops", exe, ns);
+  return exe;
+}
+
+std::string graph_name(const Pending &p) {
+  std::string s = "fused graph of " + std::to_string(p.num_ops) + " ops (";
+  for (size_t i = 0; i < p.names.size(); i++) s += (i ? ", " : "") + p.names[i];
+  return s + (p.names.size() >= 8 ? ", ...)" : ")");
+}
+
+void bind_params(const std::vector<Param> &params, const std::vector<uint64_t> *rng_values,
+                 Inputs &in) {
+  for (const Param &q : params) {
+    if (q.rng && rng_values) {
+      uint64_t x = (*rng_values)[2 * q.rng_index + (q.rng - 1)];
+      in.scalar_slot(&x, sizeof x);
+    } else if (!q.tensor.defined()) {
+      in.scalar_slot(q.bytes.data(), q.bytes.size());
+    } else {
+      if (q.tensor.device().type() == c10::DeviceType::CPU) in.host_copies.push_back(q.tensor);
+      in.ptrs.push_back(const_cast<void *>(q.tensor.const_data_ptr()));
+    }
+  }
+}
+
+std::vector<LiveWrite> live_writes(Pending &p) {
+  std::vector<LiveWrite> out;
+  for (auto &[impl, st] : p.storages) {
+    if (!st.written) continue;
+    auto strong = st.weak->lock();
+    if (strong) out.emplace_back(&st, std::move(strong));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto &a, const auto &b) { return a.first->write_seq < b.first->write_seq; });
+  return out;
+}
+
+void add_outputs(Pending &p, const std::vector<LiveWrite> &w, std::vector<unsigned char> &key,
+                 std::vector<void *> &ptrs, tpu_compile_options_t &opts) {
+  for (size_t i = 0; i < w.size(); i++) {
+    const StorageState &st = *w[i].first;
+    bool dense = tpu_ir_strides_dense(st.geo);
+    check_status(tpu_graph_output(p.g, st.value, dense ? nullptr : st.geo.strides),
+                 "tpu fused graph output");
+    bool alias = !st.reads.empty();
+    if (alias) opts.output_may_alias_input |= i < 64 ? 1ull << i : 0;
+    key.push_back('o');
+    key_pod(key, st.value);
+    key_pod(key, alias);
+    if (!dense) key_geo(key, st.geo);
+    ptrs.push_back(static_cast<char *>(w[i].second->mutable_data()) + st.geo.offset);
+  }
+}
+
+void flush_locked(Pending &p, const char *reason) {
+  if (!p.g || p.num_ops == 0) {
+    p.reset();
+    return;
+  }
+  if (p.capturing) {
+    p.capture_cut = true;
+    if (debug_views()) std::fprintf(stderr, "[torchtpu] compile: capture cut by %s\n", reason);
+  }
+  count_flush(reason);
+  auto writes = live_writes(p);
+  std::vector<unsigned char> key = p.key;
+  std::vector<void *> outs;
+  tpu_compile_options_t opts{};
+  try {
+    add_outputs(p, writes, key, outs, opts);
+    if (!outs.empty()) {
+      tpu_executable_t *exe = compile_pending(p, key, opts);
+      Inputs in;
+      bind_params(p.params, nullptr, in);  // RNG values were reserved at record time
+      {
+        std::lock_guard<std::mutex> lock(g_stats_mu);
+        g_graphs_run++;
+      }
+      launch_executable(exe, std::move(in), std::move(outs), c10::Device(kTpu, p.index),
+                        graph_name(p));
+    }
+  } catch (...) {
+    p.reset();
+    throw;
+  }
+  p.reset();
+}
+
+}  // namespace fused
+
+using namespace fused;
+
+bool recording(c10::DeviceIndex index) {
+  if (g_capturing.load(std::memory_order_relaxed) > 0 && pending(index).capturing) return true;
+  return eager_mode() == EagerMode::Fused;
+}
+
+void record_op(c10::Device device, const std::string &name, const std::vector<unsigned char> &key,
+               const tpu_graph_t *op_graph, Inputs &inputs,
+               const std::vector<at::Tensor> &tensors,
+               const std::vector<at::Tensor> &outputs, const RngUse &rng) {
+  Pending &p = pending(device.index());
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
+  const auto params = params_of(op_graph);
+  TORCH_INTERNAL_ASSERT(params.size() == inputs.ptrs.size(), name, ": ", params.size(),
+                        " parameters for ", inputs.ptrs.size(), " inputs");
+  std::vector<tpu_value_t> values(params.size());
+  for (int attempt = 0;; attempt++) {
+    ensure_graph(p);
+    bool conflict = false;
+    for (const at::Tensor &o : outputs) conflict = conflict || write_conflicts(p, o);
+    size_t key_mark = p.key.size();
+    for (size_t i = 0; i < params.size() && !conflict; i++) {
+      if (tensors[i].defined()) {
+        values[i] = read_tensor(p, tensors[i]);
+        conflict = values[i] == TPU_NO_VALUE;
+      }
+    }
+    if (!conflict) break;
+    if (debug_views()) std::fprintf(stderr, "[torchtpu] fused: %s reads or writes a view the pending graph cannot express; flushing\n", name.c_str());
+    p.key.resize(key_mark);
+    TORCH_INTERNAL_ASSERT(attempt == 0, name, ": cannot record after a flush");
+    flush_locked(p, "view");
+  }
+  // host inputs: scalars, CPU index tensors, and the (seed, offset) of random ops
+  int rng_index = -1;
+  if (rng.used) {
+    rng_index = static_cast<int>(p.rngs.size());
+    p.rngs.push_back(rng);
+  }
+  for (size_t i = 0; i < params.size(); i++) {
+    if (tensors[i].defined()) continue;
+    int which = rng.used && i + 2 >= params.size() ? static_cast<int>(i + 3 - params.size()) : 0;
+    values[i] = read_host(p, params[i], inputs.ptrs[i], inputs, which, which ? rng_index : -1);
+    if (which) std::memcpy(p.params.back().bytes.data(), inputs.ptrs[i], sizeof(uint64_t));
+  }
+  p.map.assign(tpu_graph_num_nodes(op_graph), TPU_NO_VALUE);
+  tpu_status_t st = tpu_graph_inline(p.g, op_graph, values.data(), p.map.data());
+  if (st != TPU_OK) {
+    std::string msg = tpu_graph_error_message(p.g);
+    p.reset();
+    TORCH_CHECK(false, name, ": recording into the fused graph failed: ", msg);
+  }
+  p.key.push_back('#');
+  key_pod(p.key, key.size());
+  p.key.insert(p.key.end(), key.begin(), key.end());
+  TORCH_INTERNAL_ASSERT(static_cast<int>(outputs.size()) == tpu_graph_num_outputs(op_graph));
+  for (size_t j = 0; j < outputs.size(); j++) {
+    write_tensor(p, outputs[j], p.map[tpu_graph_output_value(op_graph, static_cast<int>(j))]);
+  }
+  p.num_ops++;
+  if (p.names.size() < 8 && std::find(p.names.begin(), p.names.end(), name) == p.names.end()) {
+    p.names.push_back(name);
+  }
+  {
+    std::lock_guard<std::mutex> slock(g_stats_mu);
+    g_ops_recorded++;
+  }
+  if (p.num_ops >= max_ops() && !p.capturing) flush_locked(p, "size limit");
+}
+
+void flush_pending(int index, const char *reason) {
+  if (index < 0) {
+    for (int i = 0; i < device_count(); i++) flush_pending(i, reason);
+    return;
+  }
+  Pending &p = pending(static_cast<c10::DeviceIndex>(index));
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
+  if (p.num_ops) flush_locked(p, reason);
+}
+
+void flush_if_pending(const at::Tensor &t, const char *reason) {
+  if (!t.defined() || t.device().type() != kTpu || !t.has_storage()) return;
+  Pending &p = pending(t.device().index());
+  std::lock_guard<std::recursive_mutex> lock(p.mu);
+  if (p.num_ops && p.storages.count(t.storage().unsafeGetStorageImpl())) flush_locked(p, reason);
+}
+
+}  // namespace torchtpu
+
+extern "C" {
+#include "bridge.h"
+}
+
+void tpu_bridge_fused_stats(void (*fn)(void *ctx, const char *name, uint64_t count), void *ctx) {
+  using namespace torchtpu::fused;
+  std::map<std::string, uint64_t> reasons;
+  uint64_t ops, graphs, hits, misses;
+  {
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    reasons = g_flush_reasons;
+    ops = g_ops_recorded;
+    graphs = g_graphs_run;
+    hits = g_graph_hits;
+    misses = g_graph_misses;
+  }
+  fn(ctx, "ops_recorded", ops);
+  fn(ctx, "graphs_run", graphs);
+  fn(ctx, "graph_cache_hits", hits);
+  fn(ctx, "graph_cache_misses", misses);
+  for (const auto &[reason, n] : reasons) fn(ctx, ("flush:" + reason).c_str(), n);
+}
+
+void tpu_bridge_reset_fused_stats(void) {
+  using namespace torchtpu::fused;
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  g_flush_reasons.clear();
+  g_ops_recorded = g_graphs_run = g_graph_hits = g_graph_misses = 0;
+}

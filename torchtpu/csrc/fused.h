@@ -1,0 +1,76 @@
+// fused.h: the pending graph of fused eager mode (TORCHTPU_EAGER=fused) and of compile
+// mode's capture. Instead of launching each op, the engine records it: the op's cached
+// one-op graph is inlined into a pending graph per chip, its inputs bound to values the
+// pending graph already computes (or to new parameters), its results written to tensors
+// whose memory is filled when the pending graph runs. The pending graph is compiled
+// through the same compiler and cache as everything else and run when a value is needed
+// (a flush): .item(), .cpu(), a CPU fallback op, synchronize(), an optimizer step, a size
+// limit, or a view the IR cannot express.
+//
+// Tensors are tracked per storage. A storage the pending graph writes holds its latest
+// value and the geometry (offset, sizes, strides, dtype) it was written with; reads with
+// the same geometry, or a strided sub-view of it, use the value; anything else flushes
+// first. Storages read but not written become parameters (the tensor is kept alive until
+// the run is queued); written storages are held weakly, so a result that dies before the
+// flush is never written to memory at all.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "native.h"
+
+namespace torchtpu {
+
+// True if ops on chip |index| are recorded (fused mode, or a compile capture).
+bool recording(c10::DeviceIndex index);
+
+// One recorded op's random-number use: the last two inputs are its (seed, offset).
+struct RngUse {
+  bool used = false;
+  std::optional<at::Generator> gen;
+  int64_t count = 0;
+};
+
+// Records one op run. |op_graph|: its cached one-op graph (parameters in input order);
+// |key|: its signature; |tensors|[i]: the tpu tensor input i reads, or nullptr for a host
+// input at inputs.ptrs[i]; |outputs|: the tensors its graph outputs write, in order.
+void record_op(c10::Device device, const std::string &name, const std::vector<unsigned char> &key,
+               const tpu_graph_t *op_graph, Inputs &inputs,
+               const std::vector<at::Tensor> &tensors,
+               const std::vector<at::Tensor> &outputs, const RngUse &rng);
+
+// Compiles and queues the pending graph of chip |index| (every chip if index < 0).
+// |reason| is counted in the statistics ("item", "fallback", "optimizer step", ...).
+void flush_pending(int index, const char *reason);
+// Flushes |t|'s chip if the pending graph reads or writes |t|'s storage.
+void flush_if_pending(const at::Tensor &t, const char *reason);
+
+// ---- compile mode -----------------------------------------------------------------------
+// capture_begin flushes, makes |inputs| the first parameters of the chip's pending graph,
+// then records every op on chip |index| until capture_end, which
+// turns the recorded graph into a replayable plan for compiled function |fn| keyed by its
+// inputs' signature, and runs it once for the call being captured. If the capture was cut
+// (an op ran on the CPU, a value was read), the call ran correctly through fused execution
+// instead and capture_end returns false.
+void capture_begin(c10::DeviceIndex index, const std::vector<at::Tensor> &inputs,
+                   bool exporting);
+bool capture_end(c10::DeviceIndex index, int64_t fn, const std::vector<at::Tensor> &inputs,
+                 const std::vector<at::Tensor> &outputs);
+// Ends a capture whose function raised: what was recorded runs (a flush).
+void capture_abort(c10::DeviceIndex index);
+// Ends a capture started with exporting=true without running it: the StableHLO text of
+// the graph from the inputs to |outputs|. The program's parameters are the inputs, then
+// |constants| (tensors it read that are not inputs).
+std::string capture_export(c10::DeviceIndex index, const std::vector<at::Tensor> &outputs,
+                           const std::string &name, std::vector<at::Tensor> *constants);
+// Runs |fn|'s plan for these inputs: false if there is none for their signature.
+bool replay(int64_t fn, const std::vector<at::Tensor> &inputs, std::vector<at::Tensor> *outputs);
+
+}  // namespace torchtpu

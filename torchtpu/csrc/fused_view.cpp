@@ -1,0 +1,145 @@
+// fused_view.cpp: geometry and the view solver (fused_view.h).
+//
+// A read |v| of a storage last written densely as |b| reads elements d + sum(i_k * s_k) of
+// b's flat array. When v's strides, sorted, are nested (each divides the one before, and a
+// dim's extent fits in its parent's stride, so no element is read twice), that set is a
+// grid: take the flat array from d, pad it to size_0 * s_0 elements, reshape it to
+// (size_0, s_0/s_1, ..., s_last), keep the first size_i of each dim (element 0 of the
+// last), then transpose into v's dim order and broadcast (stride-0 and size-1 dims). This
+// covers split, chunk, narrow, select, t(), permute, the heads view of attention,
+// unsqueeze, expand and flatten. Anything else flushes.
+#include "fused_view.h"
+
+#include <algorithm>
+
+namespace torchtpu {
+
+namespace {
+
+// Sorts a[0..n) (n <= TPU_MAX_RANK) by |before|; std::sort on these tiny arrays trips
+// GCC 12's -Warray-bounds.
+template <typename T, typename Before>
+void small_sort(T *a, int n, Before before) {
+  for (int i = 1; i < n; i++) {
+    T x = a[i];
+    int j = i - 1;
+    for (; j >= 0 && before(x, a[j]); j--) a[j + 1] = a[j];
+    a[j + 1] = x;
+  }
+}
+
+}  // namespace
+
+bool Geo::operator==(const Geo &o) const {
+  if (offset != o.offset || rank != o.rank || dtype != o.dtype) return false;
+  for (int i = 0; i < rank; i++) {
+    if (sizes[i] != o.sizes[i] || strides[i] != o.strides[i]) return false;
+  }
+  return true;
+}
+
+Geo geo_of(const at::Tensor &t) {
+  Geo g;
+  g.offset = t.storage_offset() * static_cast<int64_t>(t.itemsize());
+  g.rank = static_cast<int8_t>(t.dim());
+  g.dtype = t.scalar_type();
+  for (int i = 0; i < g.rank; i++) {
+    g.sizes[i] = t.sizes()[i];
+    g.strides[i] = t.strides()[i];
+  }
+  return g;
+}
+
+bool tpu_ir_strides_dense(const Geo &g) {
+  int64_t expected = 1;
+  for (int i = g.rank - 1; i >= 0; i--) {
+    if (g.sizes[i] != 1 && g.strides[i] != expected) return false;
+    expected *= g.sizes[i];
+  }
+  return true;
+}
+
+tpu_value_t view_of(tpu_graph_t *g, tpu_value_t base, const Geo &b, const Geo &v) {
+  if (b.dtype != v.dtype || !tpu_ir_strides_dense(b)) return TPU_NO_VALUE;
+  int64_t esize = static_cast<int64_t>(c10::elementSize(b.dtype));
+  int64_t d = v.offset - b.offset;
+  if (d < 0 || d % esize) return TPU_NO_VALUE;
+  d /= esize;
+  int64_t n = 1;
+  for (int i = 0; i < b.rank; i++) n *= b.sizes[i];
+  // the dims of v that walk memory, by decreasing stride
+  int dims[TPU_MAX_RANK];
+  int m = 0;
+  int64_t last = d;  // offset of v's last element
+  for (int k = 0; k < v.rank; k++) {
+    if (v.sizes[k] == 0 || v.strides[k] < 0) return TPU_NO_VALUE;
+    if (v.sizes[k] > 1 && v.strides[k] > 0) {
+      dims[m++] = k;
+      last += (v.sizes[k] - 1) * v.strides[k];
+    }
+  }
+  if (last >= n) return TPU_NO_VALUE;
+  small_sort(dims, m, [&](int x, int y) { return v.strides[x] > v.strides[y]; });
+  // nested strides: each divides the one before, and a dim fits inside its parent's step
+  for (int i = 0; i + 1 < m; i++) {
+    int64_t outer = v.strides[dims[i]], inner = v.strides[dims[i + 1]];
+    if (outer % inner || v.sizes[dims[i + 1]] > outer / inner) return TPU_NO_VALUE;
+  }
+  // 1. the base as a flat array from v's first element, padded to a whole number of rows
+  tpu_shape_t flat{};
+  flat.rank = 1;
+  flat.dims[0] = n;
+  tpu_value_t x = tpu_graph_reshape(g, base, &flat);
+  int64_t rows = m ? v.sizes[dims[0]] : 1;
+  int64_t row = m ? v.strides[dims[0]] : 1;
+  int64_t span = rows * row;  // elements the reshape below needs from d
+  int64_t lo = d, hi = std::min(n, d + span);
+  if (lo != 0 || hi != n) {
+    int64_t one = 1;
+    x = tpu_graph_slice(g, x, &lo, &hi, &one);
+  }
+  if (hi - lo < span) {
+    tpu_shape_t scalar{};
+    tpu_dtype_t dt = tpu_graph_node(g, base)->dtype;
+    tpu_value_t zero = !tpu_dtype_is_integer(dt) ? tpu_graph_constant(g, dt, &scalar, 0.0)
+                                              : tpu_graph_constant_int(g, dt, &scalar, 0);
+    int64_t pad_lo = 0, pad_hi = span - (hi - lo), interior = 0;
+    x = tpu_graph_pad(g, x, zero, &pad_lo, &pad_hi, &interior);
+  }
+  // 2. rows of the outermost stride, split by each inner stride: (size_0, s0/s1, ..., s_last)
+  tpu_shape_t grid{};
+  grid.dims[grid.rank++] = rows;
+  for (int i = 0; i + 1 < m; i++) {
+    grid.dims[grid.rank++] = v.strides[dims[i]] / v.strides[dims[i + 1]];
+  }
+  grid.dims[grid.rank++] = m ? v.strides[dims[m - 1]] : 1;
+  x = tpu_graph_reshape(g, x, &grid);
+  // 3. keep each dim's size, and element 0 of the innermost stride
+  int64_t start[TPU_MAX_RANK + 1] = {}, limit[TPU_MAX_RANK + 1], step[TPU_MAX_RANK + 1];
+  for (int i = 0; i < grid.rank; i++) {
+    limit[i] = i < m ? v.sizes[dims[i]] : 1;
+    step[i] = 1;
+  }
+  x = tpu_graph_slice(g, x, start, limit, step);
+  tpu_shape_t walked{};
+  for (int i = 0; i < m; i++) walked.dims[walked.rank++] = v.sizes[dims[i]];
+  x = tpu_graph_reshape(g, x, &walked);
+  // 4. transpose into v's dim order, then broadcast into v's shape
+  int64_t perm[TPU_MAX_RANK];
+  for (int i = 0; i < m; i++) perm[i] = i;
+  small_sort(perm, m, [&](int64_t p, int64_t q) { return dims[p] < dims[q]; });
+  bool trivial = true;
+  for (int i = 0; i < m; i++) trivial = trivial && perm[i] == i;
+  if (!trivial) x = tpu_graph_transpose(g, x, perm);
+  tpu_shape_t out{};
+  out.rank = v.rank;
+  int64_t bdims[TPU_MAX_RANK];
+  int r = 0;
+  for (int k = 0; k < v.rank; k++) {
+    out.dims[k] = v.sizes[k];
+    if (v.sizes[k] > 1 && v.strides[k] > 0) bdims[r++] = k;
+  }
+  return tpu_graph_broadcast_in_dim(g, x, &out, bdims);
+}
+
+}  // namespace torchtpu
