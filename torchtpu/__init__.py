@@ -78,6 +78,7 @@ def _let_autograd_threads_settle() -> None:
 
 _register()
 amp._default_autocast_dtype()
+from torchtpu import distributed  # noqa: E402,F401  (registers the "tpu" process-group backend)
 atexit.register(_let_autograd_threads_settle)
 
 from torchtpu import profiler  # noqa: E402,F401  (torch.profiler gains the modelled TPU lanes)

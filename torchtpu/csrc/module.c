@@ -389,6 +389,15 @@ static PyObject *py_cache_stats(PyObject *self, PyObject *noargs) {
                        "compile_seconds", (double)ns / 1e9);
 }
 
+/* ---- distributed (process_group.cpp, a pybind11 module) ----------------------------------------- */
+
+PyObject *tpu_dist_make_module(void);
+
+static PyObject *py_dist_module(PyObject *self, PyObject *noargs) {
+  (void)self, (void)noargs;
+  return tpu_dist_make_module();
+}
+
 /* ---- module ------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
@@ -421,6 +430,7 @@ static PyMethodDef methods[] = {
     {"_reset_fused_stats", py_reset_fused_stats, METH_NOARGS, "Zero the fused statistics."},
     {"_flush", py_flush, METH_VARARGS, "Run the pending graph of a chip (-1: all)."},
     {"_cache_stats", py_cache_stats, METH_NOARGS, "Eager executable cache statistics."},
+    {"_dist_module", py_dist_module, METH_NOARGS, "The distributed backend's module."},
     {NULL, NULL, 0, NULL},
 };
 
