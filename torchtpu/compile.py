@@ -71,13 +71,13 @@ class _TpuGraph:
         args = list(args)
         device = self._device_of(args)
         if device is None:
-            return self._run_eager(args)
+            return self.gm(*args)
         ok, outs = torch.ops.torchtpu.replay(self.fn_id, args)
         if ok:
             return self._rebuild(outs)
         desc = tuple(_describe(a) for a in args)
         if desc in self.eager:
-            return self._run_eager(args)
+            return self.gm(*args)
         self._log_capture(desc)
         torch.ops.torchtpu.capture_begin(device, args, False)
         try:
@@ -95,9 +95,6 @@ class _TpuGraph:
         else:
             self.eager.add(desc)
         return result
-
-    def _run_eager(self, args):
-        return self.gm(*args)
 
     @staticmethod
     def _device_of(args):
@@ -153,10 +150,6 @@ def _compiler(kind):
     return compile_graph
 
 
-def _decompositions():
-    return core_aten_decompositions()
-
-
 tpu_backend = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
                            inference_compiler=_compiler("inference"),
-                           decompositions=_decompositions())
+                           decompositions=core_aten_decompositions())

@@ -11,7 +11,6 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -147,9 +146,8 @@ std::unique_ptr<Plan> build_plan(Pending &p, const std::vector<at::Tensor> &inpu
       r.index = in->second;
       r.offset = data_of(t) - data_of(inputs[in->second]);
     } else {
-      for (const auto &[s, st] : p.storages) {
-        if (s == impl && st.written) return nullptr;  // a result nothing else holds: dead
-      }
+      auto st = p.storages.find(const_cast<c10::StorageImpl *>(impl));
+      if (st != p.storages.end() && st->second.written) return nullptr;  // written, now dead
       r.kind = PlanResult::Constant;
       r.constant = t;
     }
@@ -188,7 +186,7 @@ void run_plan(const Plan &plan, const std::vector<at::Tensor> &inputs,
     if (pp.kind == PlanParam::Input) {
       in.ptrs.push_back(const_cast<char *>(data_of(inputs[pp.input]) + pp.delta));
     } else {
-      bind_params({pp.param}, capture_outputs ? nullptr : &rng_values, in);
+      bind_param(pp.param, capture_outputs ? nullptr : &rng_values, in);
     }
   }
   std::vector<void *> outs;
@@ -405,16 +403,6 @@ std::tuple<bool, std::vector<at::Tensor>> op_replay(int64_t fn, at::TensorList i
   return {ok, out};
 }
 
-void op_flush(int64_t device, c10::string_view reason) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, std::string> names;  // stable C strings
-  const char *r;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    r = names.emplace(std::string(reason), std::string(reason)).first->second.c_str();
-  }
-  flush_pending(static_cast<int>(device), r);
-}
 
 }  // namespace
 
@@ -426,7 +414,6 @@ TORCH_LIBRARY(torchtpu, m) {
   m.def("capture_end(int device, int fn, Tensor[] inputs, Tensor[] outputs) -> bool",
         &op_capture_end);
   m.def("replay(int fn, Tensor[] inputs) -> (bool, Tensor[])", &op_replay);
-  m.def("flush(int device, str reason) -> ()", &op_flush);
   m.def("plan_stats(int fn) -> int[]", &op_plan_stats);
   m.def("plan_describe(int fn) -> str", &op_plan_describe);
 }

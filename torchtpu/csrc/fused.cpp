@@ -137,12 +137,6 @@ tpu_value_t read_tensor(Pending &p, const at::Tensor &t) {
   return v;
 }
 
-int64_t numel_of(const Geo &g) {
-  int64_t n = 1;
-  for (int i = 0; i < g.rank; i++) n *= g.sizes[i];
-  return n;
-}
-
 // True if writing |t| needs a flush first: its storage was written with another geometry
 // that |t| does not cover exactly (a dense reshape of the same elements is a full overwrite).
 bool write_conflicts(Pending &p, const at::Tensor &t) {
@@ -201,8 +195,8 @@ tpu_value_t read_host(Pending &p, const tpu_node_t *param, const void *ptr, Inpu
   Param q{};
   q.rng = rng;
   q.rng_index = rng_index;
-  int64_t numel = 1;
-  for (int i = 0; i < param->shape.rank; i++) numel *= param->shape.dims[i];
+  int64_t numel = 0;
+  tpu_shape_numel(&param->shape, &numel);
   size_t bytes = static_cast<size_t>(numel) * tpu_dtype_size(param->dtype);
   if (param->shape.rank == 0 && bytes <= q.bytes.size()) {
     std::memcpy(q.bytes.data(), ptr, bytes);
@@ -257,18 +251,15 @@ std::string graph_name(const Pending &p) {
   return s + (p.names.size() >= 8 ? ", ...)" : ")");
 }
 
-void bind_params(const std::vector<Param> &params, const std::vector<uint64_t> *rng_values,
-                 Inputs &in) {
-  for (const Param &q : params) {
-    if (q.rng && rng_values) {
-      uint64_t x = (*rng_values)[2 * q.rng_index + (q.rng - 1)];
-      in.scalar_slot(&x, sizeof x);
-    } else if (!q.tensor.defined()) {
-      in.scalar_slot(q.bytes.data(), q.bytes.size());
-    } else {
-      if (q.tensor.device().type() == c10::DeviceType::CPU) in.host_copies.push_back(q.tensor);
-      in.ptrs.push_back(const_cast<void *>(q.tensor.const_data_ptr()));
-    }
+void bind_param(const Param &q, const std::vector<uint64_t> *rng_values, Inputs &in) {
+  if (q.rng && rng_values) {
+    uint64_t x = (*rng_values)[2 * q.rng_index + (q.rng - 1)];
+    in.scalar_slot(&x, sizeof x);
+  } else if (!q.tensor.defined()) {
+    in.scalar_slot(q.bytes.data(), q.bytes.size());
+  } else {
+    if (q.tensor.device().type() == c10::DeviceType::CPU) in.host_copies.push_back(q.tensor);
+    in.ptrs.push_back(const_cast<void *>(q.tensor.const_data_ptr()));
   }
 }
 
@@ -319,7 +310,7 @@ void flush_locked(Pending &p, const char *reason) {
     if (!outs.empty()) {
       tpu_executable_t *exe = compile_pending(p, p.key, opts);
       Inputs in;
-      bind_params(p.params, nullptr, in);  // RNG values were reserved at record time
+      for (const Param &q : p.params) bind_param(q, nullptr, in);  // RNG reserved at record
       {
         std::lock_guard<std::mutex> lock(g_stats_mu);
         g_graphs_run++;
@@ -395,7 +386,6 @@ void record_op(c10::Device device, const std::string &name, const std::vector<un
     if (tensors[i].defined()) continue;
     int which = rng.used && i + 2 >= params.size() ? static_cast<int>(i + 3 - params.size()) : 0;
     values[i] = read_host(p, params[i], inputs.ptrs[i], inputs, which, which ? rng_index : -1);
-    if (which) std::memcpy(p.params.back().bytes.data(), inputs.ptrs[i], sizeof(uint64_t));
   }
   p.map.assign(tpu_graph_num_nodes(op_graph), TPU_NO_VALUE);
   tpu_status_t st = tpu_graph_inline(p.g, op_graph, values.data(), p.map.data());

@@ -91,10 +91,9 @@ void ensure_graph(Pending &p);
 // Queues p's graph (a flush); resets p. |reason| goes to the statistics.
 void flush_locked(Pending &p, const char *reason);
 
-// Appends the run-time inputs for |params|; RNG parameters take their (seed, offset) from
-// |rng_values| (two per RngUse) if given, else the values reserved at record time.
-void bind_params(const std::vector<Param> &params, const std::vector<uint64_t> *rng_values,
-                 Inputs &in);
+// Appends the run-time input of parameter |q|; an RNG parameter takes its seed or offset
+// from |rng_values| (two per RngUse) if given, else the value reserved at record time.
+void bind_param(const Param &q, const std::vector<uint64_t> *rng_values, Inputs &in);
 
 // "fused graph of N ops (aten::a, ...)": names a run in errors.
 std::string graph_name(const Pending &p);

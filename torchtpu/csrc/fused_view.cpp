@@ -10,6 +10,8 @@
 // unsqueeze, expand and flatten. Anything else flushes.
 #include "fused_view.h"
 
+#include <c10/util/accumulate.h>
+
 #include <algorithm>
 
 namespace torchtpu {
@@ -50,6 +52,10 @@ Geo geo_of(const at::Tensor &t) {
   return g;
 }
 
+int64_t numel_of(const Geo &g) {
+  return c10::multiply_integers(g.sizes, g.sizes + g.rank);
+}
+
 bool tpu_ir_strides_dense(const Geo &g) {
   int64_t expected = 1;
   for (int i = g.rank - 1; i >= 0; i--) {
@@ -65,8 +71,7 @@ tpu_value_t view_of(tpu_graph_t *g, tpu_value_t base, const Geo &b, const Geo &v
   int64_t d = v.offset - b.offset;
   if (d < 0 || d % esize) return TPU_NO_VALUE;
   d /= esize;
-  int64_t n = 1;
-  for (int i = 0; i < b.rank; i++) n *= b.sizes[i];
+  int64_t n = numel_of(b);
   // the dims of v that walk memory, by decreasing stride
   int dims[TPU_MAX_RANK];
   int m = 0;

@@ -27,6 +27,9 @@ struct Geo {
 
 Geo geo_of(const at::Tensor &t);
 
+// Number of elements of |g|.
+int64_t numel_of(const Geo &g);
+
 // True if |g|'s strides are row-major dense for its sizes.
 bool tpu_ir_strides_dense(const Geo &g);
 

@@ -517,7 +517,6 @@ struct GraphDeleter {
   void operator()(tpu_graph_t *g) const { tpu_graph_destroy(g); }
 };
 
-tpu_cache_t *eager_cache() { return executable_cache(); }
 
 std::mutex g_unsupported_mu;
 std::unordered_set<std::string> g_unsupported;  // keys that run through the fallback
@@ -654,7 +653,7 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
     g_programs[exe] = prog;
   }
   const auto &k = call.key.data();
-  tpu_cache_insert(eager_cache(), k.data(), k.size(), tpu_cache_hash(k.data(), k.size()), exe,
+  tpu_cache_insert(executable_cache(), k.data(), k.size(), tpu_cache_hash(k.data(), k.size()), exe,
                    static_cast<uint64_t>(ns));
   log_compile(call.info->name, exe, static_cast<uint64_t>(ns));
   return exe;
@@ -665,7 +664,6 @@ struct RunTask {
   Inputs inputs;
   std::vector<void *> outputs;
   void *scratch;
-  std::string name;
 };
 
 tpu_status_t run_task(void *arg) {
@@ -700,27 +698,25 @@ bool has_mask_index(const std::vector<c10::IValue> &args) {
 // Allocates the task's scratch, queues it on the chip's stream, and frees the scratch at
 // once: later users of that memory are queued behind this task (stream order).
 void launch_executable(tpu_executable_t *exe, Inputs inputs, std::vector<void *> outputs,
-                       c10::Device device, std::string name) {
-  auto *task = new RunTask{exe, std::move(inputs), std::move(outputs), nullptr, std::move(name)};
+                       c10::Device device, const std::string &name) {
+  auto *task = new RunTask{exe, std::move(inputs), std::move(outputs), nullptr};
   tpu_device_t *dev = device_at(device.index());
   size_t scratch_bytes = tpu_executable_scratch_bytes(task->exe);
   if (scratch_bytes) {
     tpu_status_t st = tpu_caching_alloc(tpu_device_allocator(dev), scratch_bytes, &task->scratch);
     if (st != TPU_OK) {
-      std::string what = task->name;
       release_task(task);
-      check_status(st, what.c_str());
+      check_status(st, name.c_str());
     }
   }
   cost::on_launch(device.index(), task->exe);  // cost hook: advance the modelled clock
   void *scratch = task->scratch;
-  tpu_task_t t{run_task, release_task, task, task->name.c_str()};  // the stream copies the name
+  tpu_task_t t{run_task, release_task, task, name.c_str()};  // the stream copies the name
   tpu_status_t st = tpu_stream_enqueue(tpu_device_stream(dev), &t);
   if (scratch) tpu_caching_free(tpu_device_allocator(dev), scratch);
   if (st != TPU_OK) {
-    std::string what = task->name;
     release_task(task);  // a failed enqueue leaves the task with us
-    check_status(st, what.c_str());
+    check_status(st, name.c_str());
   }
 }
 
@@ -776,7 +772,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   }
   for (int attempt = 0; attempt < 2 && !exe; attempt++) {
     const auto &k = call.key.data();
-    exe = tpu_cache_lookup(eager_cache(), k.data(), k.size(), tpu_cache_hash(k.data(), k.size()));
+    exe = tpu_cache_lookup(executable_cache(), k.data(), k.size(), tpu_cache_hash(k.data(), k.size()));
     if (exe) break;
     {
       std::lock_guard<std::mutex> lock(g_unsupported_mu);
@@ -829,7 +825,6 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const size_t num_returns = info.return_alias.size();
   std::vector<at::Tensor> results(num_returns);
   std::vector<void *> outputs;
-  std::vector<at::Tensor> written;  // per output: the tensor it writes
   int out_index = 0;
   for (size_t r = 0; r < num_returns; r++) {
     if (r < prog.undefined.size() && prog.undefined[r]) continue;
@@ -848,13 +843,9 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
       }
     }
     outputs.push_back(results[r].data_ptr());
-    written.push_back(results[r]);
     out_index++;
   }
-  for (size_t arg : prog.update_args) {
-    outputs.push_back(call.args[arg].toTensor().data_ptr());
-    written.push_back(call.args[arg].toTensor());
-  }
+  for (size_t arg : prog.update_args) outputs.push_back(call.args[arg].toTensor().data_ptr());
   uint64_t seed = 0, offset = 0;
   RngUse rng;
   if (info.random) {
@@ -871,8 +862,12 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   }
   Inputs inputs;
   if (recording(call.device.index())) {
-    std::vector<at::Tensor> tensors;
+    std::vector<at::Tensor> tensors, written;  // read per input; written per output
     collect_inputs(call, inputs, seed, offset, &tensors);
+    for (const at::Tensor &t : results) {
+      if (t.defined()) written.push_back(t);
+    }
+    for (size_t arg : prog.update_args) written.push_back(call.args[arg].toTensor());
     record_op(call.device, info.name, call.key.data(), prog.graph, inputs, tensors, written, rng);
   } else {
     collect_inputs(call, inputs, seed, offset, nullptr);
@@ -905,7 +900,7 @@ std::vector<unsigned char> copy_key(const at::Tensor &src, const at::Tensor &dst
 tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, bool src_on_host) {
   const std::vector<unsigned char> k = copy_key(src, dst, src_on_host);
   uint64_t hash = tpu_cache_hash(k.data(), k.size());
-  tpu_executable_t *exe = tpu_cache_lookup(eager_cache(), k.data(), k.size(), hash);
+  tpu_executable_t *exe = tpu_cache_lookup(executable_cache(), k.data(), k.size(), hash);
   if (exe) return exe;
   auto start = std::chrono::steady_clock::now();
   tpu_graph_t *raw = nullptr;
@@ -923,7 +918,7 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
   cost::on_compile(exe, raw, "aten::copy_");  // cost hook: modelled time per gen
   uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now() - start).count());
-  tpu_cache_insert(eager_cache(), k.data(), k.size(), hash, exe, ns);
+  tpu_cache_insert(executable_cache(), k.data(), k.size(), hash, exe, ns);
   log_compile("copy_", exe, ns);
   {
     std::lock_guard<std::mutex> lock(g_programs_mu);
@@ -991,7 +986,7 @@ void register_static_scalar(const char *op_name, const char *arg) {
 void eager_cache_stats(uint64_t *hits, uint64_t *misses, uint64_t *entries,
                        uint64_t *compile_ns) {
   tpu_cache_stats_t s;
-  tpu_cache_get_stats(eager_cache(), &s);
+  tpu_cache_get_stats(executable_cache(), &s);
   *hits = s.hits;
   *misses = s.misses;
   *entries = s.entries;

@@ -81,7 +81,7 @@ struct Inputs {
 // Queues one run of |exe| on chip |device|'s stream with scratch memory. Takes over the
 // caller's reference to |exe|; |name| names the run in a deferred error.
 void launch_executable(tpu_executable_t *exe, Inputs inputs, std::vector<void *> outputs,
-                       c10::Device device, std::string name);
+                       c10::Device device, const std::string &name);
 
 // The cached executable cache shared by eager, fused and compile mode.
 tpu_cache_t *executable_cache();

@@ -14,6 +14,7 @@
 // (torchtpu.fallback_stats()); TORCHTPU_FALLBACK=error turns the fallback off.
 
 #include <ATen/EmptyTensor.h>
+#include <c10/util/accumulate.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -164,8 +165,7 @@ at::Tensor tpu_reshape_alias(const at::Tensor &self, c10::IntArrayRef size,
 const at::Tensor &tpu_resize_(const at::Tensor &self, c10::IntArrayRef size,
                               std::optional<c10::MemoryFormat> memory_format) {
   c10::DeviceGuard guard(self.device());  // new storage comes from self's chip
-  int64_t numel = 1;
-  for (int64_t d : size) numel *= d;
+  int64_t numel = c10::multiply_integers(size);
   size_t needed = static_cast<size_t>(self.storage_offset() + numel) * self.itemsize();
   size_t have = self.storage().nbytes();
   if (have > 0 && have < needed) {  // the storage grows: its old bytes are copied on the host
