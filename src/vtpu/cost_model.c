@@ -150,6 +150,7 @@ typedef struct cost_scratch {
   int *first_user;     /* a user of each node (for single-user checks) */
   bool *output;        /* node is a graph output */
   bool *mat;           /* node's value is in HBM (kernel root or parameter) */
+  bool *live;          /* node reaches a graph output (dead nodes cost nothing) */
   int *mark;           /* kernel id that last visited the node */
   double *read;        /* bytes the current kernel reads of a materialized node */
   int *stack;
@@ -258,8 +259,8 @@ tpu_status_t tpu_cost_graph(const tpu_graph_t *g, const tpu_chip_spec_t *spec, t
   tpu_allocator_t host = tpu_allocator_system();
   cost_scratch_t s = {.n = n};
   void *mem = NULL;
-  /* one block: 4 int arrays, 2 bool arrays, 1 double array, each n long */
-  size_t per = 4 * sizeof(int) + 2 * sizeof(bool) + sizeof(double), total;
+  /* one block: 4 int arrays, 3 bool arrays, 1 double array, each n long */
+  size_t per = 4 * sizeof(int) + 3 * sizeof(bool) + sizeof(double), total;
   if (!tpu_size_mul((size_t)n, per, &total) || !tpu_size_add(total, 64, &total)) {
     return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "tpu_cost_graph: graph too large");
   }
@@ -274,18 +275,31 @@ tpu_status_t tpu_cost_graph(const tpu_graph_t *g, const tpu_chip_spec_t *spec, t
   bool *bools = (bool *)(ints + 4 * n);
   s.output = bools;
   s.mat = bools + n;
+  s.live = bools + 2 * n;
 
+  /* liveness: operands precede their users, so one backward sweep from the outputs (a
+   * fused eager graph holds values that died before the flush; they are never computed) */
+  for (int i = 0; i < tpu_graph_num_outputs(g); i++) {
+    s.output[tpu_graph_output_value(g, i)] = true;
+    s.live[tpu_graph_output_value(g, i)] = true;
+  }
+  for (int v = n - 1; v >= 0; v--) {
+    if (!s.live[v]) continue;
+    const tpu_node_t *node = tpu_graph_node(g, v);
+    for (int i = 0; i < node->num_operands; i++) s.live[node->operands[i]] = true;
+  }
   for (int v = 0; v < n; v++) {
     const tpu_node_t *node = tpu_graph_node(g, v);
     s.mark[v] = -1;
+    if (!s.live[v]) continue;
     for (int i = 0; i < node->num_operands; i++) {
       int u = node->operands[i];
       if (s.users[u]++ == 0) s.first_user[u] = v;
     }
   }
-  for (int i = 0; i < tpu_graph_num_outputs(g); i++) s.output[tpu_graph_output_value(g, i)] = true;
   for (int v = 0; v < n; v++) {
     const tpu_node_t *node = tpu_graph_node(g, v);
+    if (!s.live[v]) continue;
     bool heavy = is_heavy(node->op);
     /* A matmul or reduction read only by one elementwise op fuses into it (output fusion);
      * the consumer's kernel then does its work. */

@@ -238,6 +238,33 @@ TEST(bad_graph_fails) {
   tpu_graph_destroy(g);
 }
 
+TEST(dead_nodes_cost_nothing) {
+  /* a fused eager graph keeps values that died before the flush: a matmul and a
+   * reduction no output reads must not add kernels, FLOPs or bytes */
+  tpu_graph_t *live = matmul_graph(TPU_BF16, 256, 256, 256, TPU_PRECISION_DEFAULT);
+  tpu_graph_t *g = ir_graph();
+  tpu_value_t a = ir_param(g, TPU_BF16, SHAPE(256, 256));
+  tpu_value_t b = ir_param(g, TPU_BF16, SHAPE(256, 256));
+  tpu_dot_attrs_t at;
+  memset(&at, 0, sizeof at);
+  at.num_contract = 1;
+  at.lhs_contract[0] = 1;
+  at.rhs_contract[0] = 0;
+  tpu_value_t dead = tpu_graph_dot_general(g, a, b, &at, TPU_BF16);
+  tpu_value_t dead2 = tpu_graph_unary(g, TPU_OP_EXP, dead);
+  bool dims[2] = {true, false};
+  (void)tpu_graph_reduce(g, TPU_REDUCE_SUM, dead2, dims);
+  tpu_graph_output(g, tpu_graph_dot_general(g, a, b, &at, TPU_BF16), NULL);
+  tpu_cost_t c, want;
+  CHECK_OK(tpu_cost_graph(g, chip(TPU_CHIP_V5E), &c));
+  CHECK_OK(tpu_cost_graph(live, chip(TPU_CHIP_V5E), &want));
+  CHECK(c.kernels == 1);
+  CHECK(near(c.flops, want.flops) && near(c.bytes, want.bytes));
+  CHECK(near(c.vpu_flops, 0) && near(c.seconds, want.seconds));
+  tpu_graph_destroy(g);
+  tpu_graph_destroy(live);
+}
+
 int main(void) {
   RUN(big_bf16_matmul_sits_at_the_compute_roof);
   RUN(skinny_matmul_sits_at_the_memory_roof);
@@ -249,5 +276,6 @@ int main(void) {
   RUN(an_input_returned_as_output_is_a_copy);
   RUN(accounting_advances_every_generation);
   RUN(bad_graph_fails);
+  RUN(dead_nodes_cost_nothing);
   return check_report();
 }

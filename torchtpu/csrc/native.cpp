@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -214,6 +215,21 @@ void add_static(Key &k, const c10::IValue &v) {
   }
 }
 
+// A Scalar argument whose value is 0 or 1 is part of the signature and a constant of the
+// graph (as PyTorch/XLA does), so `add(x, y, alpha=1)` or `addmm(beta=1)` fold to the plain
+// op instead of multiplying by a run-time 1. Other values stay run-time inputs, so a
+// changing learning rate never recompiles. Returns 0 (run-time), 1 (zero) or 2 (one).
+int special_scalar(const at::Scalar &s) {
+  if (s.isBoolean() || s.isComplex()) return 0;
+  if (s.isFloatingPoint()) {
+    double d = s.toDouble();
+    if (d == 0.0 && !std::signbit(d)) return 1;
+    return d == 1.0 ? 2 : 0;
+  }
+  int64_t x = s.toLong();
+  return x == 0 ? 1 : x == 1 ? 2 : 0;
+}
+
 bool is_cpu_scalar(const at::Tensor &t) {
   return t.defined() && t.device().type() == c10::DeviceType::CPU && t.dim() == 0;
 }
@@ -291,6 +307,7 @@ struct Call {
             at::Scalar s = v.toScalar();
             if (s.isComplex()) throw Unsupported("complex scalar");
             key.pod(s.isFloatingPoint() ? 'f' : s.isBoolean() ? 'b' : 'i');
+            key.pod(static_cast<int8_t>(special_scalar(s)));
           }
           break;
         case ArgKind::Generator:
@@ -349,9 +366,14 @@ void add_params(LowerCtx &ctx, const Call &call) {
       case ArgKind::Scalar:
         if (!v.isNone()) {
           at::Scalar s = v.toScalar();
-          tpu_shape_t scalar{};
           tpu_dtype_t dt = s.isFloatingPoint() ? TPU_F64 : s.isBoolean() ? TPU_BOOL : TPU_I64;
-          ctx.value[i] = tpu_graph_parameter(g, dt, &scalar, nullptr);
+          int special = special_scalar(s);
+          if (special) {
+            ctx.value[i] = scalar_const(g, dt, special == 2 ? 1.0 : 0.0);
+          } else {
+            tpu_shape_t scalar{};
+            ctx.value[i] = tpu_graph_parameter(g, dt, &scalar, nullptr);
+          }
         }
         break;
       default:
@@ -393,7 +415,7 @@ void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset
         }
         break;
       case ArgKind::Scalar:
-        if (!v.isNone()) {
+        if (!v.isNone() && !special_scalar(v.toScalar())) {  // 0 and 1 are constants
           at::Scalar s = v.toScalar();
           if (s.isFloatingPoint()) {
             double d = s.toDouble();
@@ -554,7 +576,13 @@ ArgDescription describe_call(const c10::FunctionSchema &schema, const Call &call
         os << "]";
         break;
       case ArgKind::Scalar:
-        os << (v.isNone() ? "None" : v.toScalar().isFloatingPoint() ? "float" : "int") << " scalar";
+        if (v.isNone()) {
+          os << "None";
+        } else {
+          const at::Scalar s = v.toScalar();
+          os << (s.isFloatingPoint() ? "float" : "int") << " scalar";
+          if (special_scalar(s)) os << " " << (special_scalar(s) == 2 ? 1 : 0);
+        }
         break;
       case ArgKind::Generator:
         continue;
