@@ -52,7 +52,10 @@ __all__ = [
 
 
 def cache_stats() -> dict:
-    """The eager executable cache: hits, misses, entries, compile_seconds."""
+    """The executable cache: hits, misses, entries, compile_seconds; and its persistent
+    layer (TORCHTPU_CACHE_DIR): disk (on or off), disk_hits (in-memory misses served from
+    disk), disk_misses, disk_writes (compiles from scratch stored), disk_errors (unreadable,
+    corrupt or foreign entries ignored, failed writes)."""
     return _C._cache_stats()
 
 

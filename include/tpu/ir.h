@@ -262,6 +262,20 @@ tpu_status_t tpu_graph_print_stablehlo(const tpu_graph_t *g, const char *name,
 /* A 64-bit structural hash of the graph (ops, attributes, dtypes, shapes, layouts). */
 uint64_t tpu_graph_hash(const tpu_graph_t *g);
 
+/* ---- serialization (src/ir/serialize.c) ---------------------------------------------- */
+
+/* The graph as bytes (every node, attribute, constant, parameter and output layout), with a
+ * header carrying a format version, tpu_graph_serial_tag() and a checksum. Allocated with
+ * |host| (free with tpu_allocator_free). The graph must have no build error. */
+tpu_status_t tpu_graph_serialize(const tpu_graph_t *g, tpu_allocator_t host,
+                                 unsigned char **out_bytes, size_t *out_len);
+/* The graph |bytes| hold, verified (tpu_graph_verify). Bytes that are truncated, corrupted,
+ * or from a build with another tag give an error status (never a crash or an overread). */
+tpu_status_t tpu_graph_deserialize(const void *bytes, size_t len, tpu_allocator_t host,
+                                   tpu_graph_t **out_graph);
+/* Hash of what serialized bytes depend on (format version, op table, dtypes, byte order). */
+uint64_t tpu_graph_serial_tag(void);
+
 /* ---- builder --------------------------------------------------------------------------- */
 
 /* Parameter |index| is assigned in call order (0, 1, ...). strides: NULL = dense (strides

@@ -92,4 +92,11 @@ const char *tpu_ir_builder_name(tpu_op_t op, const tpu_attrs_t *attrs, char *buf
 tpu_status_t tpu_ir_infer(const tpu_graph_t *g, const tpu_node_t *node, tpu_dtype_t *out_dtype,
                           tpu_shape_t *out_shape, char *msg, size_t cap);
 
+/* ---- serialize.c -------------------------------------------------------------------- */
+
+/* The checksum a serialized graph's header holds for its body (bytes after the 36-byte
+ * header); tests corrupt a body and re-seal it to reach the decoder's own checks. */
+#define TPU_IR_SERIAL_HEADER_BYTES 36
+uint64_t tpu_ir_serial_checksum(const void *bytes, size_t len);
+
 #endif /* TPU_IR_GRAPH_INTERNAL_H */

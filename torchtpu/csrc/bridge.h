@@ -68,6 +68,10 @@ void tpu_bridge_set_eager_mode(int mode);
 /* The eager executable cache. */
 void tpu_bridge_cache_stats(uint64_t *hits, uint64_t *misses, uint64_t *entries,
                             uint64_t *compile_ns);
+/* The persistent layer (TORCHTPU_CACHE_DIR): 1 if enabled, else 0 (counts all 0). A hit is
+ * an in-memory miss served from disk (no lowering, no compile from scratch). */
+int tpu_bridge_disk_cache_stats(uint64_t *hits, uint64_t *misses, uint64_t *writes,
+                                uint64_t *errors);
 
 #ifdef __cplusplus
 }

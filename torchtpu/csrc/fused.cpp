@@ -24,6 +24,7 @@
 
 #include "cost_hooks.h"
 #include "device.h"
+#include "disk_cache.h"
 #include "eager.h"
 #include "fused_internal.h"
 
@@ -231,17 +232,26 @@ tpu_executable_t *compile_pending(Pending &p, const std::vector<unsigned char> &
     return exe;
   }
   g_graph_misses++;
+  std::string what = "fused graph of " + std::to_string(p.num_ops) + " ops";
+  tpu_graph_t *loaded = nullptr;
+  uint64_t load_ns = 0;
+  if ((exe = disk_cache_fetch(key, what, &loaded, nullptr, &load_ns))) {
+    tpu_graph_destroy(loaded);  // p.g is the same graph
+    tpu_cache_insert(executable_cache(), key.data(), key.size(), hash, exe, load_ns);
+    return exe;
+  }
   auto start = std::chrono::steady_clock::now();
   if (tpu_graph_status(p.g) != TPU_OK) {
     TORCH_CHECK(false, "tpu fused graph: recording built a bad graph: ",
                 tpu_graph_error_message(p.g));
   }
   check_status(tpu_compile(p.g, &opts, tpu_allocator_system(), &exe), "tpu fused graph");
-  cost::on_compile(exe, p.g, ("fused graph of " + std::to_string(p.num_ops) + " ops").c_str());  // cost hook
+  cost::on_compile(exe, p.g, what.c_str());  // cost hook
   uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now() - start).count());
   tpu_cache_insert(executable_cache(), key.data(), key.size(), hash, exe, ns);
-  log_compile("fused graph of " + std::to_string(p.num_ops) + " ops", exe, ns);
+  log_compile(what, exe, ns);
+  disk_cache_put(key, p.g, opts);
   return exe;
 }
 

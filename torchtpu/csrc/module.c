@@ -383,10 +383,16 @@ static PyObject *py_flush(PyObject *self, PyObject *args) {
 static PyObject *py_cache_stats(PyObject *self, PyObject *noargs) {
   (void)self, (void)noargs;
   uint64_t hits, misses, entries, ns;
+  uint64_t dhits, dmisses, dwrites, derrors;
   tpu_bridge_cache_stats(&hits, &misses, &entries, &ns);
-  return Py_BuildValue("{s:K,s:K,s:K,s:d}", "hits", (unsigned long long)hits, "misses",
-                       (unsigned long long)misses, "entries", (unsigned long long)entries,
-                       "compile_seconds", (double)ns / 1e9);
+  int disk = tpu_bridge_disk_cache_stats(&dhits, &dmisses, &dwrites, &derrors);
+  return Py_BuildValue("{s:K,s:K,s:K,s:d,s:O,s:K,s:K,s:K,s:K}", "hits",
+                       (unsigned long long)hits, "misses", (unsigned long long)misses,
+                       "entries", (unsigned long long)entries, "compile_seconds",
+                       (double)ns / 1e9, "disk", disk ? Py_True : Py_False, "disk_hits",
+                       (unsigned long long)dhits, "disk_misses", (unsigned long long)dmisses,
+                       "disk_writes", (unsigned long long)dwrites, "disk_errors",
+                       (unsigned long long)derrors);
 }
 
 /* ---- distributed (process_group.cpp, a pybind11 module) ----------------------------------------- */

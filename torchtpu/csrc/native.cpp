@@ -30,6 +30,7 @@
 #include "cost_hooks.h"
 #include "device.h"
 #include "device_check.h"
+#include "disk_cache.h"
 #include "eager.h"
 #include "fused.h"
 
@@ -263,7 +264,10 @@ struct Call {
 
   void build_key() {
     key.clear();
-    key.pod(info);
+    // the op by name, not by address: keys are the same in every process (disk cache)
+    key.pod('E');
+    key.pod(static_cast<uint16_t>(info->name.size()));
+    key.bytes(info->name.data(), info->name.size());
     key.pod(static_cast<int8_t>(precision));
     for (size_t i = 0; i < args.size(); i++) {
       const c10::IValue &v = args[i];
@@ -526,6 +530,54 @@ struct ProgramInfo {
 std::mutex g_programs_mu;
 std::unordered_map<const tpu_executable_t *, ProgramInfo> g_programs;
 
+// ProgramInfo's fields as the disk cache's extra bytes: u32 count, one byte per undefined
+// flag; u32 count, u64 per update argument.
+std::vector<unsigned char> encode_program(const ProgramInfo &prog) {
+  std::vector<unsigned char> out;
+  auto put = [&](const void *p, size_t n) {
+    out.insert(out.end(), static_cast<const unsigned char *>(p),
+               static_cast<const unsigned char *>(p) + n);
+  };
+  uint32_t n = static_cast<uint32_t>(prog.undefined.size());
+  put(&n, sizeof n);
+  for (bool u : prog.undefined) out.push_back(u ? 1 : 0);
+  n = static_cast<uint32_t>(prog.update_args.size());
+  put(&n, sizeof n);
+  for (size_t a : prog.update_args) {
+    uint64_t x = a;
+    put(&x, sizeof x);
+  }
+  return out;
+}
+
+// The inverse, checked against the call it must serve: false if the bytes do not fit.
+bool decode_program(const std::vector<unsigned char> &in, size_t num_returns, size_t num_args,
+                    int num_outputs, ProgramInfo *prog) {
+  size_t pos = 0;
+  auto get = [&](void *p, size_t n) {
+    if (in.size() - pos < n) return false;
+    std::memcpy(p, in.data() + pos, n);
+    pos += n;
+    return true;
+  };
+  uint32_t n = 0;
+  if (!get(&n, sizeof n) || n != num_returns) return false;
+  int defined = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint8_t u = 0;
+    if (!get(&u, 1) || u > 1) return false;
+    prog->undefined.push_back(u == 1);
+    defined += u == 0;
+  }
+  if (!get(&n, sizeof n) || n > num_args) return false;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t a = 0;
+    if (!get(&a, sizeof a) || a >= num_args) return false;
+    prog->update_args.push_back(static_cast<size_t>(a));
+  }
+  return pos == in.size() && defined + static_cast<int>(n) == num_outputs;
+}
+
 // Entries are never erased (cached executables live for the process), so the pointer
 // stays valid without the lock.
 const ProgramInfo *program_info(const tpu_executable_t *exe) {
@@ -675,6 +727,7 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
   cost::on_compile(exe, raw, call.info->name.c_str());  // cost hook: modelled time per gen
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 std::chrono::steady_clock::now() - start).count();
+  disk_cache_put(call.key.data(), raw, opts, encode_program(prog));
   prog.graph = g.release();  // kept with the executable, for the life of the process
   {
     std::lock_guard<std::mutex> lock(g_programs_mu);
@@ -684,6 +737,34 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
   tpu_cache_insert(executable_cache(), k.data(), k.size(), tpu_cache_hash(k.data(), k.size()), exe,
                    static_cast<uint64_t>(ns));
   log_compile(call.info->name, exe, static_cast<uint64_t>(ns));
+  return exe;
+}
+
+// The call's program as an earlier process compiled it (TORCHTPU_CACHE_DIR): no meta
+// kernel, no lowering, only a compile of the stored graph. nullptr if there is none.
+tpu_executable_t *load_call(const Call &call) {
+  if (!disk_cache_enabled()) return nullptr;
+  tpu_graph_t *raw = nullptr;
+  std::vector<unsigned char> extra;
+  uint64_t ns = 0;
+  tpu_executable_t *exe = disk_cache_fetch(call.key.data(), call.info->name, &raw, &extra, &ns);
+  if (!exe) return nullptr;
+  std::unique_ptr<tpu_graph_t, GraphDeleter> g(raw);
+  ProgramInfo prog;
+  if (!decode_program(extra, call.info->return_alias.size(), call.args.size(),
+                      tpu_executable_num_outputs(exe), &prog)) {
+    tpu_executable_release(exe);
+    disk_cache_count_error();
+    return nullptr;
+  }
+  prog.graph = g.release();  // kept with the executable, for the life of the process
+  {
+    std::lock_guard<std::mutex> lock(g_programs_mu);
+    g_programs[exe] = prog;
+  }
+  const auto &k = call.key.data();
+  tpu_cache_insert(executable_cache(), k.data(), k.size(), tpu_cache_hash(k.data(), k.size()), exe,
+                   ns);
   return exe;
 }
 
@@ -809,6 +890,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
         return;
       }
     }
+    if ((exe = load_call(call))) break;
     std::vector<at::Tensor> metas;
     try {
       metas = meta_run(op, call);
@@ -930,6 +1012,16 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
   uint64_t hash = tpu_cache_hash(k.data(), k.size());
   tpu_executable_t *exe = tpu_cache_lookup(executable_cache(), k.data(), k.size(), hash);
   if (exe) return exe;
+  tpu_graph_t *loaded = nullptr;
+  uint64_t load_ns = 0;
+  if ((exe = disk_cache_fetch(k, "aten::copy_", &loaded, nullptr, &load_ns))) {
+    {
+      std::lock_guard<std::mutex> lock(g_programs_mu);
+      g_programs[exe].graph = loaded;  // kept with the executable, for the life of the process
+    }
+    tpu_cache_insert(executable_cache(), k.data(), k.size(), hash, exe, load_ns);
+    return exe;
+  }
   auto start = std::chrono::steady_clock::now();
   tpu_graph_t *raw = nullptr;
   check_status(tpu_graph_create(tpu_allocator_system(), &raw), "tpu graph");
@@ -948,6 +1040,7 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
                                           std::chrono::steady_clock::now() - start).count());
   tpu_cache_insert(executable_cache(), k.data(), k.size(), hash, exe, ns);
   log_compile("copy_", exe, ns);
+  disk_cache_put(k, raw, opts);
   {
     std::lock_guard<std::mutex> lock(g_programs_mu);
     g_programs[exe].graph = g.release();
