@@ -226,6 +226,46 @@ def test_changing_scalars_do_not_recompile():
     assert torchtpu.cache_stats()["misses"] == before
 
 
+def test_scalars_zero_and_one_are_constants_with_ieee_semantics():
+    # 0 and 1 are part of the signature and fold (add alpha=1 is a plain add), so each
+    # compiles its own program while other values share one; inf and NaN must still
+    # behave as on the CPU (0 * inf is NaN, addmm with beta=0 ignores NaN in its input)
+    x = torch.tensor([1.0, -2.0, float("inf"), float("nan"), -0.0, 3.5])
+    y = torch.tensor([float("inf"), 0.5, -1.0, 2.0, float("nan"), -0.0])
+    xt, yt = tpu(x), tpu(y)
+    cases = {
+        "add": lambda a, b, s: torch.add(a, b, alpha=s),
+        "sub": lambda a, b, s: torch.sub(a, b, alpha=s),
+        "mul": lambda a, b, s: a * s,
+        "div": lambda a, b, s: a / s if s else a / 2,
+        "pow": lambda a, b, s: a.pow(s),
+        "lerp": lambda a, b, s: torch.lerp(a, b, s),
+        "addcmul": lambda a, b, s: torch.addcmul(a, a, b, value=s),
+        "clamp": lambda a, b, s: torch.clamp(a, min=s),
+        "rsub": lambda a, b, s: torch.rsub(a, b, alpha=s),
+    }
+    def run():
+        for name, f in cases.items():
+            for s in (0, 1, 0.0, 1.0, 2.5):
+                close(f(xt, yt, s), f(x, y, s), 1e-6, 0)
+        m = torch.tensor([[float("nan"), 1.0], [2.0, float("inf")]])
+        a, b = torch.randn(2, 3), torch.randn(3, 2)
+        for beta, alpha in ((0, 1), (1, 1), (0, 0), (1, 0.5)):
+            torch.testing.assert_close(torch.addmm(tpu(m), tpu(a), tpu(b), beta=beta, alpha=alpha).cpu(),
+                                       torch.addmm(m, a, b, beta=beta, alpha=alpha),
+                                       rtol=1e-2, atol=1e-2, equal_nan=True)
+    no_fallback(run)
+    a, b = tpu(torch.randn(17, 3)), tpu(torch.randn(17, 3))  # a shape not seen before
+    misses = lambda: torchtpu.cache_stats()["misses"]  # noqa: E731
+    m0 = misses()
+    a.add(b, alpha=2.0)
+    a.add(b, alpha=3.0)  # a run-time value: the same program
+    assert misses() == m0 + 1
+    a.add(b, alpha=1.0)  # a constant: a program of its own, then cached
+    a.add(b, alpha=1.0)
+    assert misses() == m0 + 2
+
+
 def test_shape_errors_are_pytorch_errors_and_device_keeps_working():
     a, b = tpu(torch.randn(3, 4)), tpu(torch.randn(5, 4))
     with pytest.raises(RuntimeError, match="size of tensor a"):

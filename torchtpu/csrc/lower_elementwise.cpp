@@ -62,6 +62,12 @@ void lower_add(LowerCtx &ctx, bool subtract) {  // self (+|-) alpha * other
   ctx.results = {B.op(subtract ? TPU_OP_SUB : TPU_OP_ADD, x, scaled)};
 }
 void add_out(LowerCtx &ctx) { lower_add(ctx, false); }
+void rsub(LowerCtx &ctx) {  // other - alpha * self
+  tpu_value_t x, y;
+  Binary B = binary_setup(ctx, 0, 1, &x, &y);
+  tpu_value_t alpha = operand(ctx, 2, B.dt, B.shape);
+  ctx.results = {B.op(TPU_OP_SUB, y, B.op(TPU_OP_MUL, x, alpha))};
+}
 void sub_out(LowerCtx &ctx) { lower_add(ctx, true); }
 
 void binary_simple(LowerCtx &ctx, tpu_op_t op) {
@@ -407,6 +413,8 @@ void masked_fill(LowerCtx &ctx) {  // masked_fill_(self, mask, value)
 LoweringRegistrar registrar({
     {"add.out", add_out},
     {"sub.out", sub_out},
+    {"rsub.Tensor", rsub},
+    {"rsub.Scalar", rsub},
     {"mul.out", mul_out},
     {"div.out", div_out},
     {"div.out_mode", div_out},
