@@ -4,6 +4,10 @@ time of the step at 1x, 2x and 4x layers (compiled: model and optimizer step, th
 with capturable=True); peak memory compiled vs eager; a loop of tiny
 ops, fused vs strict.
 
+The step time is measured on the host (the virtual TPU runs on this machine's CPU) and
+modelled for a real v5e by the cost model (include/tpu/cost.h), which also shows what
+fewer launches and fused intermediates would save on the chip.
+
 Run: .venv/bin/python bench/bench_modes.py
 """
 import os
@@ -13,6 +17,7 @@ import time
 import torch
 
 import torchtpu
+import torchtpu.report as report
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import train_gpt  # noqa: E402
@@ -45,20 +50,62 @@ def in_mode(mode, fn):
         torchtpu.set_eager_mode("strict")
 
 
-def step_times():
-    t_cpu = timeit(gpt_step("cpu"), cpu_sync, min_time=2)
-    t_strict = timeit(gpt_step("tpu"), tpu_sync, min_time=2)
-    t_fused = in_mode("fused", lambda: timeit(gpt_step("tpu"), tpu_sync, min_time=2))
-    t_compiled = timeit(gpt_step("tpu", compile=True), tpu_sync, min_time=2)
-    ms = lambda t: f"{t * 1e3:.2f}"  # noqa: E731
-    table("GPT training step (ms; ratios > 1 mean the first is faster)",
-          ["mode", "ms", "vs strict", "vs CPU eager"],
-          [["PyTorch CPU eager", ms(t_cpu), "", "1.00x"],
-           ["tpu strict eager", ms(t_strict), "1.00x", f"{t_cpu / t_strict:.2f}x"],
-           ["tpu fused eager", ms(t_fused), f"{t_strict / t_fused:.2f}x", f"{t_cpu / t_fused:.2f}x"],
-           ["tpu compiled", ms(t_compiled), f"{t_strict / t_compiled:.2f}x",
-            f"{t_cpu / t_compiled:.2f}x"]])
-    print(f"\nfused vs compiled: {t_fused / t_compiled:.2f}x (target within 1.2x)")
+MODES = {  # name: (device, eager mode, compiled)
+    "PyTorch CPU eager": ("cpu", "strict", False),
+    "tpu strict eager": ("tpu", "strict", False),
+    "tpu fused eager": ("tpu", "fused", False),
+    "tpu compiled": ("tpu", "strict", True),
+}
+
+
+def step_times(rounds=60):
+    """Median wall time of a synchronized GPT step per mode. The tpu modes take turns step
+    by step, so a change in the machine's load hits them all alike. Also per mode: the step's
+    modelled time on a v5e (the cost model) and the executables launched per step."""
+    steps, modelled, launches = {}, {}, {}
+    for name, (device, mode, compiled) in MODES.items():
+        step = in_mode(mode, lambda: gpt_step(device, compile=compiled))
+        in_mode(mode, lambda: [step() for _ in range(3)])
+        tpu_sync()
+        if device == "tpu":
+            a = report.totals()
+            in_mode(mode, lambda: [step() for _ in range(5)])
+            tpu_sync()
+            b = report.totals()
+            modelled[name] = (b["seconds"]["v5e"] - a["seconds"]["v5e"]) / 5
+            launches[name] = (b["launches"] - a["launches"]) / 5
+        steps[name] = (mode, step, tpu_sync if device == "tpu" else cpu_sync)
+    # The CPU reference runs on its own first: PyTorch's OpenMP threads spin for a while
+    # after each parallel op, which would steal a core from the tpu step that follows.
+    times = {name: [] for name in steps}
+    for group in (["PyTorch CPU eager"], [n for n in steps if n != "PyTorch CPU eager"]):
+        for _ in range(rounds):
+            for name in group:
+                mode, step, sync = steps[name]
+                torchtpu.set_eager_mode(mode)
+                t0 = time.perf_counter()
+                step()
+                sync()
+                times[name].append(time.perf_counter() - t0)
+    torchtpu.set_eager_mode("strict")
+    t = {name: sorted(v)[len(v) // 2] for name, v in times.items()}
+    strict, cpu = t["tpu strict eager"], t["PyTorch CPU eager"]
+    m_strict = modelled["tpu strict eager"]
+    rows = []
+    for name in steps:
+        row = [name, f"{t[name] * 1e3:.2f}", f"{strict / t[name]:.2f}x", f"{cpu / t[name]:.2f}x"]
+        if name in modelled:
+            row += [f"{modelled[name] * 1e6:.0f}", f"{m_strict / modelled[name]:.2f}x",
+                    f"{launches[name]:.0f}"]
+        else:
+            row += ["", "", ""]
+        rows.append(row)
+    table("GPT training step (ms; ratios > 1 mean the mode is faster)",
+          ["mode", "host ms", "vs strict", "vs CPU eager", "modelled v5e µs",
+           "modelled vs strict", "launches"], rows)
+    fused, compiled = t["tpu fused eager"], t["tpu compiled"]
+    print(f"\nfused vs compiled: {fused / compiled:.2f}x on the host (target within 1.2x), "
+          f"{modelled['tpu fused eager'] / modelled['tpu compiled']:.2f}x modelled")
 
 
 def compile_times():
