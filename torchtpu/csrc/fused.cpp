@@ -350,6 +350,14 @@ void record_op(c10::Device device, const std::string &name, const std::vector<un
                const std::vector<at::Tensor> &outputs, const RngUse &rng) {
   Pending &p = pending(device.index());
   std::lock_guard<std::recursive_mutex> lock(p.mu);
+  // A training step records its forward on the main thread and its backward on the
+  // autograd engine's thread: cutting where the recording thread changes gives the same
+  // cut points every step (the cache hits), and the forward graph then runs on the chip
+  // while the backward is being recorded.
+  if (p.num_ops > 0 && !p.capturing && p.recorder != std::this_thread::get_id()) {
+    flush_locked(p, "thread switch");
+  }
+  p.recorder = std::this_thread::get_id();
   const auto params = params_of(op_graph);
   TORCH_INTERNAL_ASSERT(params.size() == inputs.ptrs.size(), name, ": ", params.size(),
                         " parameters for ", inputs.ptrs.size(), " inputs");

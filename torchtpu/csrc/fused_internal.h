@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -51,6 +52,7 @@ struct Pending {
   bool capturing = false;
   bool exporting = false;  // scalars become constants (torchtpu.export)
   bool capture_cut = false;
+  std::thread::id recorder;        // the thread that recorded the pending ops
   std::vector<tpu_value_t> map;    // inline scratch
 
   void reset() {
