@@ -33,10 +33,33 @@ extern "C" {
 
 typedef struct tpu_executable tpu_executable_t;
 
+/* output_alias_param[o] for an output that overlays no parameter exactly: */
+#define TPU_OUTPUT_ALIAS_NONE (-1)     /* not known: the may-alias bit decides */
+#define TPU_OUTPUT_ALIAS_DISJOINT (-2) /* shares no memory with any input: written directly */
+#define TPU_OUTPUT_ALIAS_OVERLAP (-3)  /* may share memory with inputs: scratch + copy */
+
 typedef struct tpu_compile_options {
   /* Output |i| may share memory with an input: its producer writes into scratch and a
-   * final copy writes the output (bit i of the mask; outputs >= 64 always copy). */
+   * final copy writes the output (bit i of the mask; outputs >= 64 always copy unless
+   * output_alias_param says otherwise). */
   uint64_t output_may_alias_input;
+  /* Exact aliases (NULL: none, the may-alias bits alone decide). For output o <
+   * num_output_alias, output_alias_param[o] = p >= 0 says output o exactly overlays
+   * parameter p: the same first element, dtype, dims and strides, and it shares no memory
+   * with any other parameter or output (an in-place update, p = f(p, ...)). The compiler
+   * then writes the output directly when that is safe: every read of p (directly or
+   * through views: transpose, broadcast, slice, reverse, reshape) happens at or before
+   * the step producing the output, and that step, if it reads p, is elementwise and reads
+   * p exactly where it writes (each element read before it is written). Otherwise, or if
+   * the graph's parameter p and output o differ in dtype, dims or strides, or two outputs
+   * name the same p, the output is written through scratch and a final copy, as a set
+   * may-alias bit does; the bit is ignored for outputs with p >= 0. An output whose value
+   * is parameter p itself (unchanged) needs no step at all.
+   * TPU_OUTPUT_ALIAS_DISJOINT and _OVERLAP say the same as a clear or set may-alias bit,
+   * for any output index (the mask covers only the first 64); TPU_OUTPUT_ALIAS_NONE (or
+   * another negative value, or an output past num_output_alias) leaves it to the bit. */
+  const int32_t *output_alias_param;
+  int32_t num_output_alias;
   /* TPU_PASS_* bits (include/tpu/passes.h) of passes NOT to run; 0 (the default of a
    * zeroed struct) runs them all, TPU_PASS_ALL none (the graph compiled as built). */
   uint32_t disable_passes;

@@ -11,7 +11,11 @@
  *   - nodes inside a fused group have no value of their own; the group's root gets one
  *     STEP_FUSED step (reading the group's inputs) and a buffer like any other step;
  *   - with fusion on, nodes no step reads (constants a program holds) get no step.
- * Outputs that are parameters, views, repeated, or may alias inputs get a final COPY step.
+ * Outputs that are parameters, views, repeated, or may alias inputs get a final COPY step,
+ * except an output that exactly overlays a parameter (an in-place update; alias.h): it is
+ * written directly once no later step reads the parameter's memory. Steps run in node
+ * order and the memory planner only places scratch buffers, so no read of the old value
+ * moves after that write.
  * Scratch offsets are then assigned by the memory planning pass (plan_memory.h).
  */
 #include <stdarg.h>
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/alias.h"
 #include "compiler/executable.h"
 #include "compiler/fuse.h"
 #include "compiler/plan_memory.h"
@@ -45,7 +50,7 @@ typedef struct compile_state {
   int n;
   value_info_t *values;
   buffer_t *buffers;
-  int num_buffers;
+  int num_buffers, cap_buffers;
   step_t *steps;
   int num_steps, cap_steps;
   fuse_plan_t plan;
@@ -217,6 +222,10 @@ static tpu_status_t new_buffer_of(compile_state_t *cs, tpu_dtype_t dtype,
       !tpu_size_align_up(bytes ? bytes : 1, SCRATCH_ALIGN, &bytes)) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "compile: buffer size overflows");
   }
+  if (cs->num_buffers >= cs->cap_buffers) {
+    return tpu_status_set(TPU_ERR_INTERNAL, "compile: more than %d scratch buffers",
+                          cs->cap_buffers);
+  }
   buffer_t *b = &cs->buffers[cs->num_buffers];
   b->bytes = bytes;
   b->first = def;
@@ -387,6 +396,104 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
   return TPU_OK;
 }
 
+/* ---- in-place outputs ----------------------------------------------------------------------- */
+
+/* The position of the step that writes value |v|: its own, or its host's when |v| is the
+ * root of a side or tail group run inside another group's step. */
+static int write_position(const fuse_plan_t *plan, tpu_value_t v) {
+  int gi = plan->group_of ? plan->group_of[v] : -1;
+  if (gi >= 0 && plan->groups[gi].attached >= 0 && plan->groups[gi].root == v) {
+    return plan->groups[plan->groups[gi].attached].root;
+  }
+  return v;
+}
+
+/* Whether the step about to compute |v| (fused step |fs|, or node |node| alone) may write
+ * output |o| in place of parameter |p|, which it reads: an elementwise kernel (a fused
+ * chain without a head, or one unary / binary / compare / select / clamp node) reading p
+ * only at the elements it writes, in the same order. Those kernels load each block of
+ * their inputs before storing the block, and threads take disjoint element ranges, so
+ * every element of p is read before it is overwritten. */
+static bool reads_in_place(const compile_state_t *cs, const fuse_step_t *fs,
+                           const tpu_node_t *node, int o, int p) {
+  const tpu_value_t *ins = node->operands;
+  int num_in = node->num_operands;
+  if (fs) {
+    if (fs->f.has_head) return false; /* the head writes the output before the epilogue reads */
+    ins = fs->inputs;
+    num_in = fs->num_inputs;
+  } else {
+    tpu_op_family_t fam = tpu_op_family(node->op);
+    if (fam != TPU_FAMILY_UNARY && fam != TPU_FAMILY_BINARY && fam != TPU_FAMILY_COMPARE) {
+      return false;
+    }
+  }
+  int64_t ostrides[TPU_MAX_RANK];
+  bool ostrided = tpu_graph_output_strides(cs->g, o, ostrides);
+  view_t out = make_view(BASE_OUTPUT, o, node->dtype, &node->shape, ostrided ? ostrides : NULL);
+  for (int i = 0; i < num_in; i++) {
+    const value_info_t *in = &cs->values[ins[i]];
+    if (!in->has_view) return false;
+    if (in->view.base == BASE_INPUT && in->view.index == p &&
+        !tpu_alias_same_place(&in->view, &out)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Copies into the outputs not written directly: first those without an exact alias, then
+ * those overlaying a parameter, whose writes must follow every read of an old value (the
+ * other copies' included). Such a copy whose source reads a parameter that one of them
+ * overwrites (a swap, a transposed parameter) goes through a scratch buffer first. */
+static tpu_status_t copy_outputs(compile_state_t *cs, const int *direct, const alias_info_t *al) {
+  const tpu_graph_t *g = cs->g;
+  int num_outputs = tpu_graph_num_outputs(g);
+  bool *claimed = NULL;
+  view_t *staged = NULL;
+  tpu_status_t st = tpu_allocator_calloc(cs->host, (size_t)al->num_params + 1, sizeof *claimed,
+                                         "compile", (void **)&claimed);
+  if (st == TPU_OK) {
+    st = tpu_allocator_calloc(cs->host, (size_t)num_outputs + 1, sizeof *staged, "compile",
+                              (void **)&staged);
+  }
+  for (int o = 0; o < num_outputs && st == TPU_OK; o++) {
+    if (al->out_param[o] >= 0) claimed[al->out_param[o]] = true;
+  }
+  for (int phase = 0; phase < 3 && st == TPU_OK; phase++) {
+    for (int o = 0; o < num_outputs && st == TPU_OK; o++) {
+      tpu_value_t v = tpu_graph_output_value(g, o);
+      int p = al->out_param[o];
+      if (direct[v] == o || (phase == 0) != (p < 0)) continue;
+      const tpu_node_t *node = tpu_graph_node(g, v);
+      int64_t ostrides[TPU_MAX_RANK];
+      bool ostrided = tpu_graph_output_strides(g, o, ostrides);
+      view_t out = make_view(BASE_OUTPUT, o, node->dtype, &node->shape,
+                             ostrided ? ostrides : NULL);
+      const view_t *src = &cs->values[v].view;
+      bool reads_param = src->base == BASE_INPUT;
+      if (p >= 0 && reads_param && src->index == p && tpu_alias_same_place(src, &out)) {
+        continue; /* the parameter itself, unchanged, where the output already is */
+      }
+      bool stage = p >= 0 && reads_param && src->index >= 0 && src->index < al->num_params &&
+                   claimed[src->index];
+      if (phase == 1) {
+        if (!stage) continue;
+        int b = -1;
+        st = new_buffer(cs, node, cs->n, &b);
+        if (st != TPU_OK) break;
+        staged[o] = make_view(BASE_SCRATCH, b, node->dtype, &node->shape, NULL);
+        st = push_step(cs, STEP_COPY, node, v, &staged[o], NULL, 0, src);
+        continue;
+      }
+      st = push_step(cs, STEP_COPY, node, v, &out, NULL, 0, phase == 2 && stage ? &staged[o] : src);
+    }
+  }
+  tpu_allocator_free(cs->host, claimed);
+  tpu_allocator_free(cs->host, staged);
+  return st;
+}
+
 /* ---- the pass ------------------------------------------------------------------------------- */
 
 static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options_t *opt) {
@@ -406,19 +513,46 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
     const tpu_node_t *node = tpu_graph_node(g, v);
     for (int i = 0; i < node->num_operands; i++) cs->values[node->operands[i]].last_use = v;
   }
-  /* the output slot each value may be written into directly (first one wins) */
-  int *direct = NULL;
-  TPU_RETURN_IF_ERROR(
-      tpu_allocator_calloc(cs->host, (size_t)cs->n, sizeof(int), "compile", (void **)&direct));
-  for (int v = 0; v < cs->n; v++) direct[v] = -1;
+  for (int o = 0; o < num_outputs; o++) cs->values[tpu_graph_output_value(g, o)].last_use = cs->n;
+  /* exact aliases, and the last step reading each parameter's memory */
+  alias_info_t al;
+  TPU_RETURN_IF_ERROR(tpu_alias_analyze(g, opt, cs->host, &al));
+  for (int v = 0; v < cs->n; v++) {
+    if (plan->needed[v]) tpu_alias_note_read(&al, v, cs->values[v].last_use);
+  }
+  /* the output slot each value may be written into directly (first one wins); |inplace|:
+   * an output overlaying a parameter its own step reads, decided when the step's input
+   * views are known */
+  int *direct = NULL, *inplace = NULL;
+  tpu_status_t st =
+      tpu_allocator_calloc(cs->host, (size_t)cs->n, sizeof(int), "compile", (void **)&direct);
+  if (st == TPU_OK) {
+    st = tpu_allocator_calloc(cs->host, (size_t)cs->n, sizeof(int), "compile",
+                              (void **)&inplace);
+  }
+  if (st != TPU_OK) {
+    tpu_allocator_free(cs->host, direct);
+    tpu_alias_free(&al, cs->host);
+    return st;
+  }
+  for (int v = 0; v < cs->n; v++) direct[v] = inplace[v] = -1;
   for (int o = 0; o < num_outputs; o++) {
     tpu_value_t v = tpu_graph_output_value(g, o);
-    cs->values[v].last_use = cs->n;
-    bool may_alias = o >= 64 || (opt && (opt->output_may_alias_input >> o) & 1u);
+    int p = al.out_param[o];
+    if (p >= 0) {
+      int at = write_position(plan, v);
+      if (direct[v] >= 0 || inplace[v] >= 0) continue;
+      if (al.last_read[p] < at) direct[v] = o;
+      else if (al.last_read[p] == at && at == v) inplace[v] = o;
+
+      continue;
+    }
+    bool may_alias = al.out_mode[o] == ALIAS_COPY ||
+                     (al.out_mode[o] == ALIAS_BY_BIT &&
+                      (o >= 64 || (opt && (opt->output_may_alias_input >> o) & 1u)));
     if (direct[v] < 0 && !may_alias) direct[v] = o;
   }
 
-  tpu_status_t st = TPU_OK;
   for (int v = 0; v < cs->n && st == TPU_OK; v++) {
     const tpu_node_t *node = tpu_graph_node(g, v);
     value_info_t *info = &cs->values[v];
@@ -463,6 +597,10 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
       st = assign_written_view(cs, fs->side_root, v, direct, private_rows);
       if (st != TPU_OK) break;
     }
+    if (direct[v] < 0 && inplace[v] >= 0 &&
+        reads_in_place(cs, fs, node, inplace[v], al.out_param[inplace[v]])) {
+      direct[v] = inplace[v];
+    }
     int o = direct[v];
     int64_t ostrides[TPU_MAX_RANK];
     bool ostrided = o >= 0 && tpu_graph_output_strides(g, o, ostrides);
@@ -500,18 +638,10 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
       cs->buffers[b].last = cs->values[v].last_use;
     }
   }
-  /* copies into outputs not written directly */
-  for (int o = 0; o < num_outputs && st == TPU_OK; o++) {
-    tpu_value_t v = tpu_graph_output_value(g, o);
-    if (direct[v] == o) continue;
-    const tpu_node_t *node = tpu_graph_node(g, v);
-    int64_t ostrides[TPU_MAX_RANK];
-    bool ostrided = tpu_graph_output_strides(g, o, ostrides);
-    view_t out = make_view(BASE_OUTPUT, o, node->dtype, &node->shape,
-                           ostrided ? ostrides : NULL);
-    st = push_step(cs, STEP_COPY, node, v, &out, NULL, 0, &cs->values[v].view);
-  }
+  if (st == TPU_OK) st = copy_outputs(cs, direct, &al);
   tpu_allocator_free(cs->host, direct);
+  tpu_allocator_free(cs->host, inplace);
+  tpu_alias_free(&al, cs->host);
   return st;
 }
 
@@ -536,8 +666,10 @@ static tpu_status_t compile_graph(const tpu_graph_t *g, const tpu_compile_option
   tpu_status_t st = tpu_allocator_calloc(host, (size_t)cs.n + 1, sizeof *cs.values, "compile",
                                          (void **)&cs.values);
   if (st == TPU_OK) {
-    st = tpu_allocator_calloc(host, (size_t)cs.n * 2 + 1, sizeof *cs.buffers, "compile",
-                              (void **)&cs.buffers);
+    /* per node at most two (its own, a prologue chunk), per output one (a staged copy) */
+    size_t cap = (size_t)cs.n * 2 + (size_t)num_outputs + 1;
+    st = tpu_allocator_calloc(host, cap, sizeof *cs.buffers, "compile", (void **)&cs.buffers);
+    cs.cap_buffers = (int)cap;
   }
   if (st == TPU_OK) st = tpu_fuse_plan(g, fuse, host, &cs.plan);
   if (st == TPU_OK) st = compile_nodes(&cs, options);

@@ -279,8 +279,9 @@ bool capture_end(c10::DeviceIndex index, int64_t fn, const std::vector<at::Tenso
   std::vector<unsigned char> key = p.key;
   std::vector<void *> outs;
   tpu_compile_options_t opts{};
+  std::vector<int32_t> alias;
   try {
-    add_outputs(p, writes, key, outs, opts);
+    add_outputs(p, writes, key, outs, opts, alias);
     plan->exe = compile_pending(p, key, opts);
     plan->name = "compiled " + graph_name(p);
     plan->num_nodes = tpu_graph_num_nodes(p.g);

@@ -286,20 +286,29 @@ std::vector<LiveWrite> live_writes(Pending &p) {
 }
 
 void add_outputs(Pending &p, const std::vector<LiveWrite> &w, std::vector<unsigned char> &key,
-                 std::vector<void *> &ptrs, tpu_compile_options_t &opts) {
+                 std::vector<void *> &ptrs, tpu_compile_options_t &opts,
+                 std::vector<int32_t> &alias) {
+  alias.assign(w.size(), TPU_OUTPUT_ALIAS_NONE);
   for (size_t i = 0; i < w.size(); i++) {
     const StorageState &st = *w[i].first;
     bool dense = tpu_ir_strides_dense(st.geo);
     check_status(tpu_graph_output(p.g, st.value, dense ? nullptr : st.geo.strides),
                  "tpu fused graph output");
-    bool alias = !st.reads.empty();
-    if (alias) opts.output_may_alias_input |= i < 64 ? 1ull << i : 0;
+    // no parameter reads the storage (disjoint), some do (overlap), or exactly one, with
+    // the written geometry (an in-place update: its exact alias)
+    int32_t kind = st.reads.empty() ? TPU_OUTPUT_ALIAS_DISJOINT : TPU_OUTPUT_ALIAS_OVERLAP;
+    if (st.reads.size() == 1 && st.reads[0].first == st.geo) {
+      kind = tpu_graph_node(p.g, st.reads[0].second)->attrs.param.index;
+    }
+    alias[i] = kind;
     key.push_back('o');
     key_pod(key, st.value);
-    key_pod(key, alias);
+    key_pod(key, kind);
     if (!dense) key_geo(key, st.geo);
     ptrs.push_back(static_cast<char *>(w[i].second->mutable_data()) + st.geo.offset);
   }
+  opts.output_alias_param = alias.data();
+  opts.num_output_alias = static_cast<int32_t>(alias.size());
 }
 
 void flush_locked(Pending &p, const char *reason) {
@@ -315,8 +324,9 @@ void flush_locked(Pending &p, const char *reason) {
   auto writes = live_writes(p);
   std::vector<void *> outs;
   tpu_compile_options_t opts{};
+  std::vector<int32_t> alias;
   try {
-    add_outputs(p, writes, p.key, outs, opts);
+    add_outputs(p, writes, p.key, outs, opts, alias);
     if (!outs.empty()) {
       tpu_executable_t *exe = compile_pending(p, p.key, opts);
       Inputs in;

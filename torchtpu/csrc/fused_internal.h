@@ -77,9 +77,12 @@ using LiveWrite = std::pair<StorageState *, c10::intrusive_ptr<c10::StorageImpl>
 std::vector<LiveWrite> live_writes(Pending &p);
 
 // Marks |w| as the outputs of p's graph, extends |key| with them, and fills the output
-// pointers and the aliasing options.
+// pointers and the aliasing options: an output whose storage was read through exactly one
+// parameter, with the geometry it is written with, is that parameter's exact alias (kept
+// in |alias|, which opts points at); one read otherwise may alias its inputs.
 void add_outputs(Pending &p, const std::vector<LiveWrite> &w, std::vector<unsigned char> &key,
-                 std::vector<void *> &ptrs, tpu_compile_options_t &opts);
+                 std::vector<void *> &ptrs, tpu_compile_options_t &opts,
+                 std::vector<int32_t> &alias);
 
 // The executable for p's graph under |key|: from the cache, or compiled and inserted.
 tpu_executable_t *compile_pending(Pending &p, const std::vector<unsigned char> &key,

@@ -676,6 +676,7 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
                         ": lowering set ", ctx.results.size(), " results, expected ",
                         metas.size());
   tpu_compile_options_t opts{};
+  std::vector<int32_t> alias;  // per output: exact alias (opts points at it)
   bool elementwise = graph_is_elementwise(raw);
   ProgramInfo prog;
   int out_index = 0;
@@ -686,21 +687,38 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
     v = convert(raw, v, to_tpu_dtype(layout.scalar_type()));
     check_status(tpu_graph_output(raw, v, layout.is_contiguous() ? nullptr : layout.strides().data()),
                  "tpu graph output");
+    alias.push_back(TPU_OUTPUT_ALIAS_NONE);
     if (target) {
       // The producer may write the output directly unless another argument shares its
       // memory, or (for graphs that are not purely elementwise) the written tensor is
-      // itself read, as self of an in-place op or an input that is the same view.
+      // itself read, as self of an in-place op or an input that is the same view. When
+      // exactly one tensor argument overlaps it, as the same view, that parameter is the
+      // output's exact alias: the compiler writes in place when no later step reads it.
       int kind = call.info->kinds[target_arg] == ArgKind::Tensor ? 1 : 0;
+      int overlaps = kind, same_view_arg = kind ? target_arg : -1;
       for (size_t i = 0; i < call.args.size(); i++) {
         if (static_cast<int>(i) == target_arg) continue;
-        if (call.args[i].isTensor()) kind = std::max(kind, alias_kind(call.args[i].toTensor(), *target));
+        if (call.args[i].isTensor()) {
+          int k = alias_kind(call.args[i].toTensor(), *target);
+          kind = std::max(kind, k);
+          overlaps += k != 0;
+          if (k == 1) same_view_arg = static_cast<int>(i);
+        }
         if (call.args[i].isTensorList()) {
           for (const at::Tensor &t : call.args[i].toTensorList()) {
-            kind = std::max(kind, alias_kind(t, *target));
+            int k = alias_kind(t, *target);
+            kind = std::max(kind, k);
+            overlaps += k != 0 ? 2 : 0;  // list elements: never an exact alias
           }
         }
       }
-      if (kind == 2 || (kind == 1 && !elementwise)) {
+      tpu_value_t param = overlaps == 1 && kind == 1 &&
+                                  call.info->kinds[same_view_arg] == ArgKind::Tensor
+                              ? ctx.value[same_view_arg]
+                              : TPU_NO_VALUE;
+      if (param != TPU_NO_VALUE && tpu_graph_node(raw, param)->op == TPU_OP_PARAMETER) {
+        alias.back() = tpu_graph_node(raw, param)->attrs.param.index;
+      } else if (kind == 2 || (kind == 1 && !elementwise)) {
         opts.output_may_alias_input |= out_index < 64 ? 1ull << out_index : 0;
       }
     }
@@ -722,6 +740,8 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
     TORCH_CHECK(false, call.info->name, ": lowering built a bad graph: ",
                 tpu_graph_error_message(raw));
   }
+  opts.output_alias_param = alias.data();
+  opts.num_output_alias = static_cast<int32_t>(alias.size());
   tpu_executable_t *exe = nullptr;
   check_status(tpu_compile(raw, &opts, tpu_allocator_system(), &exe), call.info->name.c_str());
   cost::on_compile(exe, raw, call.info->name.c_str());  // cost hook: modelled time per gen
@@ -1033,7 +1053,13 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
   check_status(tpu_graph_output(raw, v, dst.is_contiguous() ? nullptr : dst.strides().data()),
                "copy_");
   tpu_compile_options_t opts{};
-  if (alias_kind(src, dst)) opts.output_may_alias_input = 1;
+  const int32_t same_view = 0;  // dst is src: the parameter's exact alias (nothing to do)
+  if (alias_kind(src, dst) == 1 && !src_on_host) {
+    opts.output_alias_param = &same_view;
+    opts.num_output_alias = 1;
+  } else if (alias_kind(src, dst)) {
+    opts.output_may_alias_input = 1;
+  }
   check_status(tpu_compile(raw, &opts, tpu_allocator_system(), &exe), "copy_");
   cost::on_compile(exe, raw, "aten::copy_");  // cost hook: modelled time per gen
   uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
