@@ -67,7 +67,12 @@ def test_binary_broadcast_noncontiguous(name, dtype):
     a = torch.randn(64, 48).to(dtype).t()          # non-contiguous (48, 64)
     b = torch.randn(64).to(dtype)                  # broadcast along rows
     got = no_fallback(lambda: fn(tpu(a), tpu(b)))
-    close(got, fn(a, b), *TOL[dtype])
+    rtol, atol = TOL[dtype]
+    if name == "add_alpha" and dtype == torch.bfloat16:
+        # PyTorch's CPU kernel rounds alpha * b to bf16 before adding (two roundings);
+        # we compute a + alpha * b in f32 and round once, as CUDA does: up to 2 ulp apart
+        rtol = 1.6e-2
+    close(got, fn(a, b), rtol, atol)
 
 
 @pytest.mark.parametrize("op", ["add", "mul", "sub", "floor_divide", "remainder", "bitwise_and", "maximum"])
