@@ -962,6 +962,31 @@ TEST(compare_select_clamp) {
   CHECK(tpu_kernel_compare(TPU_CMP_EQ, &ba, &bb, &ba, g_pool) == TPU_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(tpu_status_message(), "kernel_compare");
 
+  /* every direction over dense operands, a broadcast scalar, and a strided output: the
+   * kernel's per-layout loops against the scalar definition (NaN, signed zeros, inf) */
+  {
+    enum { N = 1500 };
+    static float x[N], y[N];
+    static uint8_t got[2 * N];
+    for (int i = 0; i < N; i++) x[i] = rnd_float(), y[i] = rnd_float();
+    for (int k = 0; k < 6; k++) {
+      tpu_compare_dir_t dir = cases[k].dir;
+      for (int layout = 0; layout < 3; layout++) {
+        tpu_buf_t bx = vec1(x, TPU_F32, N), by = vec1(y, TPU_F32, N), bo = vec1(got, TPU_BOOL, N);
+        if (layout == 1) by.strides[0] = 0;  /* y[0] broadcast */
+        if (layout == 2) bo.strides[0] = 2;  /* every other byte */
+        CHECK_OK(tpu_kernel_compare(dir, &bx, &by, &bo, g_pool));
+        for (int i = 0; i < N; i++) {
+          float u = x[i], v = layout == 1 ? y[0] : y[i];
+          bool want = dir == TPU_CMP_EQ ? u == v : dir == TPU_CMP_NE ? u != v
+                    : dir == TPU_CMP_LT ? u < v : dir == TPU_CMP_LE ? u <= v
+                    : dir == TPU_CMP_GT ? u > v : u >= v;
+          CHECK(got[layout == 2 ? 2 * i : i] == want);
+        }
+      }
+    }
+  }
+
   /* select with a broadcast column predicate over a (2, 3) i16 */
   uint8_t pred[2] = {1, 0};
   int16_t t[6] = {1, 2, 3, 4, 5, 6}, f[6] = {-1, -2, -3, -4, -5, -6}, o[6];

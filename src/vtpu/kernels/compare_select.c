@@ -17,6 +17,33 @@ typedef struct compare_ctx {
   tpu_ct_t ct;
 } compare_ctx;
 
+/* One loop per direction, so the comparison is not a switch per element; the common
+ * layouts (dense operands, or a broadcast scalar) get their own loops, which vectorize. */
+#define CMP_LOOP(OP)                                                                        \
+  do {                                                                                      \
+    if (so == 1 && sa == 1 && sb == 1) {                                                    \
+      for (int64_t j = 0; j < m; j++) o[j] = (char)(x[j] OP y[j]);                          \
+    } else if (so == 1 && sa == 1 && sb == 0) {                                             \
+      const __typeof__(y[0]) y0 = y[0];                                                     \
+      for (int64_t j = 0; j < m; j++) o[j] = (char)(x[j] OP y0);                            \
+    } else {                                                                                \
+      for (int64_t j = 0; j < m; j++) o[j * so] = (char)(x[j * sa] OP y[j * sb]);           \
+    }                                                                                       \
+  } while (0)
+
+#define CMP_DIRS(T)                                                                         \
+  do {                                                                                      \
+    const T *x = a, *y = b;                                                                 \
+    switch (c->dir) {                                                                       \
+      case TPU_CMP_EQ: CMP_LOOP(==); break;                                                 \
+      case TPU_CMP_NE: CMP_LOOP(!=); break;                                                 \
+      case TPU_CMP_LT: CMP_LOOP(<); break;                                                  \
+      case TPU_CMP_LE: CMP_LOOP(<=); break;                                                 \
+      case TPU_CMP_GT: CMP_LOOP(>); break;                                                  \
+      default: CMP_LOOP(>=); break;                                                         \
+    }                                                                                       \
+  } while (0)
+
 static void compare_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
                          int64_t pos) {
   (void)pos;
@@ -30,24 +57,15 @@ static void compare_loop(void *arg, char *const *ptrs, const int64_t *strides, i
     char *o = ptrs[0] + i * strides[0];
     const int64_t so = strides[0];
     switch (c->ct) {
-      case TPU_CT_F32: {
-        const float *x = a, *y = b;
-        for (int64_t j = 0; j < m; j++) o[j * so] = (char)tpu_ew_compare_float(c->dir, x[j * sa], y[j * sb]);
-        break;
-      }
-      case TPU_CT_F64: {
-        const double *x = a, *y = b;
-        for (int64_t j = 0; j < m; j++) o[j * so] = (char)tpu_ew_compare_double(c->dir, x[j * sa], y[j * sb]);
-        break;
-      }
-      default: {
-        const int64_t *x = a, *y = b;
-        for (int64_t j = 0; j < m; j++) o[j * so] = (char)tpu_ew_compare_int64_t(c->dir, x[j * sa], y[j * sb]);
-        break;
-      }
+      case TPU_CT_F32: CMP_DIRS(float); break;
+      case TPU_CT_F64: CMP_DIRS(double); break;
+      default: CMP_DIRS(int64_t); break;
     }
   }
 }
+
+#undef CMP_DIRS
+#undef CMP_LOOP
 
 tpu_status_t tpu_kernel_compare(tpu_compare_dir_t dir, const tpu_buf_t *a, const tpu_buf_t *b,
                                 const tpu_buf_t *out, tpu_pool_t *pool) {

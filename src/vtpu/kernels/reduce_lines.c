@@ -3,7 +3,8 @@
  * For one output, the reduced elements form a sequence (the reduced dims in row-major
  * order, innermost = smallest stride unless the kind is ARGMAX/ARGMIN). The sequence is cut
  * into leaf blocks of at most TPU_RED_BLOCK elements:
- *   direct  the innermost reduced dim is contiguous and long, and the dtype is one the
+ *   direct  the innermost reduced dim is contiguous and long (or is the only reduced
+ *           dim), and the dtype is one the
  *           leaf kernels read (f32 and bf16, f64, i64): blocks are pieces of one line,
  *           read in place;
  *   gather  otherwise: blocks of TPU_RED_BLOCK consecutive sequence elements, converted
@@ -300,6 +301,19 @@ static void outputs_task(void *ctx, int64_t begin, int64_t end) {
   _Alignas(64) unsigned char scratch[TPU_RED_BLOCK * 8];
   tpu_loop_pos_t pos;
   tpu_loop_seek(&e->p->kept, e->p->kept.rank, begin, &pos);
+  const tpu_reduce_plan_t *p = e->p;
+  if (e->direct && e->nblocks == 1 && !e->arg && p->x->dtype == TPU_F32 &&
+      p->out->dtype == TPU_F32) {
+    /* one short f32 line per output (softmax, layer norm rows): its single leaf block
+     * is the result, stored directly (the same value the general path computes) */
+    const float *x = p->x->data;
+    float *out = p->out->data;
+    for (int64_t o = begin; o < end; o++) {
+      out[pos.off[1]] = p->isa->row_f32(p->kind, x + pos.off[0], e->n0);
+      tpu_loop_step(&p->kept, p->kept.rank, &pos);
+    }
+    return;
+  }
   for (int64_t o = begin; o < end; o++) {
     store(e, pos.off[1], span(e, pos.off[0], 0, e->nblocks, scratch));
     tpu_loop_step(&e->p->kept, e->p->kept.rank, &pos);
@@ -334,7 +348,9 @@ tpu_status_t tpu_reduce_lines(const tpu_reduce_plan_t *p) {
   bool readable = (p->cls == TPU_RCLS_F32 && (dt == TPU_F32 || (dt == TPU_BF16 && !e.arg))) ||
                   (p->cls == TPU_RCLS_F64) ||
                   (p->cls == TPU_RCLS_I64 && dt == TPU_I64);
-  e.direct = readable && e.s0 == 1 && e.n0 >= 256;
+  /* one line per output: its blocks are the same either way, so short lines (softmax over
+   * 32 keys) read in place too instead of paying a gather per output */
+  e.direct = readable && e.s0 == 1 && (e.n0 >= 256 || p->red.rank == 1);
   if (e.direct) {
     e.bpl = (e.n0 + TPU_RED_BLOCK - 1) / TPU_RED_BLOCK;
     e.nblocks = (p->n / e.n0) * e.bpl;
