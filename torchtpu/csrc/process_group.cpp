@@ -42,6 +42,7 @@
 
 #include <unistd.h>
 
+#include "native.h"
 #include "tpu/collective.h"
 #include "tpu/interconnect.h"
 #include "tpu/runtime.h"
@@ -106,19 +107,10 @@ void record_stats(tpu_collective_kind_t kind, uint64_t bytes, const tpu_ici_topo
 
 // The C element type of a tensor for reductions; complex reduces as its real pairs.
 tpu_dtype_t reduce_dtype(const at::Tensor &t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: case at::kComplexFloat: return TPU_F32;
-    case at::kDouble: case at::kComplexDouble: return TPU_F64;
-    case at::kHalf: case at::kComplexHalf: return TPU_F16;
-    case at::kBFloat16: return TPU_BF16;
-    case at::kLong: return TPU_I64;
-    case at::kInt: return TPU_I32;
-    case at::kShort: return TPU_I16;
-    case at::kChar: return TPU_I8;
-    case at::kByte: return TPU_U8;
-    case at::kBool: return TPU_BOOL;
-    default:
-      TORCH_CHECK(false, "tpu process group: reductions do not support dtype ", t.scalar_type());
+  try {
+    return torchtpu::to_tpu_dtype(c10::toRealValueType(t.scalar_type()));
+  } catch (const torchtpu::Unsupported &) {
+    TORCH_CHECK(false, "tpu process group: reductions do not support dtype ", t.scalar_type());
   }
 }
 

@@ -2,25 +2,13 @@
 # group "cpu:gloo,tpu:tpu" (cpu tensors go to Gloo, tpu tensors to the tpu backend).
 # Run under torchrun (tests/python/test_distributed.py does, on 2 and 4 processes); prints
 # "@@OK <rank> <stats json>" at the end, and raises on the first difference.
-import json
-import os
-
 import torch
 import torch.distributed as dist
 import torchtpu.distributed as tdist
+from rank_result import report
 
 dist.init_process_group("cpu:gloo,tpu:tpu")
 rank, world = dist.get_rank(), dist.get_world_size()
-
-
-def report(result):
-    """The result for the test: a file per rank in $TORCHTPU_TEST_OUT (ranks share one stdout
-    pipe, where long lines of two ranks can interleave), else a line on stdout."""
-    out = os.environ.get("TORCHTPU_TEST_OUT")
-    if out:
-        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-            json.dump(result, f)
-    print("@@OK", rank, json.dumps(result), flush=True)
 torch.manual_seed(1234 + rank)
 tdist.reset_stats()
 

@@ -1,7 +1,6 @@
 # tp_mlp.py: a DTensor tensor-parallel MLP (ColwiseParallel then RowwiseParallel) on tpu
 # against the same MLP unsharded, forward, backward and three SGD steps. Run under torchrun;
 # prints "@@OK <rank> <json>".
-import json
 import os
 
 import torch
@@ -13,20 +12,11 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
 import torchtpu
+from rank_result import report
 
 torchtpu.set_matmul_precision("highest")  # f32 matmuls as on CPU: compare tightly
 mesh = init_device_mesh("tpu", (int(os.environ["WORLD_SIZE"]),))  # initializes the "tpu" group
 rank, world = dist.get_rank(), dist.get_world_size()
-
-
-def report(result):
-    """The result for the test: a file per rank in $TORCHTPU_TEST_OUT (ranks share one stdout
-    pipe, where long lines of two ranks can interleave), else a line on stdout."""
-    out = os.environ.get("TORCHTPU_TEST_OUT")
-    if out:
-        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-            json.dump(result, f)
-    print("@@OK", rank, json.dumps(result), flush=True)
 
 torch.manual_seed(0)
 ref = nn.Sequential(nn.Linear(16, 8 * world), nn.ReLU(), nn.Linear(8 * world, 12)).to("tpu")
