@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "compiler/alias.h"
+#include "compiler/deps.h"
 #include "compiler/executable.h"
 #include "compiler/fuse.h"
 #include "compiler/plan_memory.h"
@@ -54,6 +55,8 @@ typedef struct compile_state {
   step_t *steps;
   int num_steps, cap_steps;
   fuse_plan_t plan;
+  int *out_exact;        /* (num outputs) the parameter an output exactly overlays, or -1 */
+  bool *out_may_alias;   /* (num outputs) the output may share memory with inputs */
 } compile_state_t;
 
 /* ---- views ------------------------------------------------------------------------------ */
@@ -539,6 +542,7 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
   for (int o = 0; o < num_outputs; o++) {
     tpu_value_t v = tpu_graph_output_value(g, o);
     int p = al.out_param[o];
+    cs->out_exact[o] = p;
     if (p >= 0) {
       int at = write_position(plan, v);
       if (direct[v] >= 0 || inplace[v] >= 0) continue;
@@ -550,6 +554,7 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
     bool may_alias = al.out_mode[o] == ALIAS_COPY ||
                      (al.out_mode[o] == ALIAS_BY_BIT &&
                       (o >= 64 || (opt && (opt->output_may_alias_input >> o) & 1u)));
+    cs->out_may_alias[o] = may_alias;
     if (direct[v] < 0 && !may_alias) direct[v] = o;
   }
 
@@ -671,6 +676,14 @@ static tpu_status_t compile_graph(const tpu_graph_t *g, const tpu_compile_option
     st = tpu_allocator_calloc(host, cap, sizeof *cs.buffers, "compile", (void **)&cs.buffers);
     cs.cap_buffers = (int)cap;
   }
+  if (st == TPU_OK) {
+    st = tpu_allocator_calloc(host, (size_t)num_outputs + 1, sizeof *cs.out_exact, "compile",
+                              (void **)&cs.out_exact);
+  }
+  if (st == TPU_OK) {
+    st = tpu_allocator_calloc(host, (size_t)num_outputs + 1, sizeof *cs.out_may_alias, "compile",
+                              (void **)&cs.out_may_alias);
+  }
   if (st == TPU_OK) st = tpu_fuse_plan(g, fuse, host, &cs.plan);
   if (st == TPU_OK) st = compile_nodes(&cs, options);
   tpu_fuse_plan_free(&cs.plan, host);
@@ -704,6 +717,8 @@ static tpu_status_t compile_graph(const tpu_graph_t *g, const tpu_compile_option
     free_steps(host, cs.steps, cs.num_steps);
     tpu_allocator_free(host, cs.values);
     tpu_allocator_free(host, cs.buffers);
+    tpu_allocator_free(host, cs.out_exact);
+    tpu_allocator_free(host, cs.out_may_alias);
     return st;
   }
   atomic_init(&exe->refcount, 1);
@@ -720,8 +735,16 @@ static tpu_status_t compile_graph(const tpu_graph_t *g, const tpu_compile_option
   exe->unplanned_bytes = total;
   exe->num_steps = cs.num_steps;
   exe->steps = cs.steps;
+  deps_outputs_t outs = {cs.out_exact, cs.out_may_alias};
+  st = tpu_deps_build(exe, &outs);
   tpu_allocator_free(host, cs.values);
   tpu_allocator_free(host, cs.buffers);
+  tpu_allocator_free(host, cs.out_exact);
+  tpu_allocator_free(host, cs.out_may_alias);
+  if (st != TPU_OK) {
+    tpu_executable_release(exe);
+    return st;
+  }
   *out_exe = exe;
   return TPU_OK;
 }
@@ -759,6 +782,7 @@ void tpu_executable_retain(tpu_executable_t *exe) {
 void tpu_executable_release(tpu_executable_t *exe) {
   if (!exe || atomic_fetch_sub(&exe->refcount, 1) != 1) return;
   free_steps(exe->host, exe->steps, exe->num_steps);
+  tpu_deps_free(exe);
   tpu_allocator_free(exe->host, exe->out_dtypes);
   tpu_allocator_free(exe->host, exe->out_shapes);
   tpu_allocator_free(exe->host, exe->out_strided);
@@ -789,6 +813,9 @@ bool tpu_executable_output_strides(const tpu_executable_t *exe, int i,
 
 tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs,
                                 void *const *outputs, void *scratch, tpu_pool_t *pool) {
+  if (exe->parallel && tpu_pool_num_threads(pool) > 1 && tpu_deps_outputs_disjoint(exe, outputs)) {
+    return tpu_run_parallel(exe, inputs, outputs, scratch, pool);
+  }
   for (int i = 0; i < exe->num_steps; i++) {
     TPU_RETURN_IF_ERROR(tpu_step_run(&exe->steps[i], inputs, outputs, scratch, pool));
   }

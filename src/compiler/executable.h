@@ -77,6 +77,15 @@ typedef struct step {
   fused_t *fused;               /* STEP_FUSED */
 } step_t;
 
+/* Which steps wait for which (deps.h): step i waits for num_preds[i] steps; when it
+ * finishes, each of succ[succ_start[i] .. succ_start[i + 1]) waits for one fewer. */
+typedef struct step_deps {
+  int *num_preds;               /* (num_steps) */
+  int *succ_start;              /* (num_steps + 1) */
+  int *succ;                    /* (succ_start[num_steps]) step indices */
+  int64_t (*out_range)[2];      /* (num_outputs) bytes [lo, hi) of each output from its pointer */
+} step_deps_t;
+
 struct tpu_executable {
   atomic_int refcount;
   tpu_allocator_t host;
@@ -90,10 +99,18 @@ struct tpu_executable {
   int num_steps;
   step_t *steps;
   tpu_pass_stats_t pass_stats;  /* what the graph passes did */
+  step_deps_t deps;
+  bool parallel;                /* independent small steps: run_parallel.c runs them */
 };
 
 /* Runs one step (execute.c). */
 tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *outputs,
                           void *scratch, tpu_pool_t *pool);
+
+/* Runs all steps on the pool's threads, each step once its dependencies (exe->deps) are
+ * done (run_parallel.c). Kernels see |pool| but run inline, so they split their work as
+ * they would in a sequential run with |pool| and give the same bits. */
+tpu_status_t tpu_run_parallel(const tpu_executable_t *exe, void *const *inputs,
+                              void *const *outputs, void *scratch, tpu_pool_t *pool);
 
 #endif /* TPU_COMPILER_EXECUTABLE_H */

@@ -190,10 +190,13 @@ void run_plan(const Plan &plan, const std::vector<at::Tensor> &inputs,
     }
   }
   std::vector<void *> outs;
+  // fresh storages for the outputs, alive until the launch: the executable writes every
+  // output, even one no result keeps (its memory is then freed in stream order, after the
+  // run, like the scratch block)
+  std::vector<c10::Storage> groups;
   if (capture_outputs) {
     outs = *capture_outputs;
   } else {
-    std::vector<c10::Storage> groups;
     for (size_t bytes : plan.group_bytes) {
       groups.push_back(at::empty({static_cast<int64_t>(bytes)},
                                  at::TensorOptions().dtype(at::kByte).device(kTpu, plan.device))

@@ -1,0 +1,371 @@
+/* test_compiler_parallel.c: independent steps of one executable run at the same time
+ * (src/compiler/deps.c, run_parallel.c).
+ *
+ * The dependencies are checked against an oracle: for every pair of steps that touch a
+ * common byte of the same memory, one of them writing it, the later one must be
+ * reachable from the earlier in the dependency graph (so every order the parallel run
+ * may take is equivalent to the sequential one). Graphs cover independent matmul
+ * branches, scratch memory reused by liveness, fused row-wise steps with side and tail
+ * results, in-place parameter updates (exact aliases), and outputs that may alias the
+ * inputs. The numbers are then compared bit for bit with the sequential run, many
+ * times, on a two-thread pool; outputs that overlap at run time fall back to the
+ * sequential order; an error in one branch names its op and leaves the pool working.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "compile_util.h"
+#include "compiler/deps.h"
+#include "compiler/executable.h"
+
+static tpu_pool_t *g_pool;
+
+static tpu_value_t matmul(tpu_graph_t *g, tpu_value_t a, tpu_value_t b) {
+  tpu_dot_attrs_t d;
+  memset(&d, 0, sizeof d);
+  d.num_contract = 1;
+  d.lhs_contract[0] = 1;
+  d.rhs_contract[0] = 0;
+  return tpu_graph_dot_general(g, a, b, &d, TPU_F32);
+}
+
+static tpu_value_t row_sum(tpu_graph_t *g, tpu_value_t x) {
+  bool dims[2] = {false, true};
+  return tpu_graph_reduce(g, TPU_REDUCE_SUM, x, dims);
+}
+
+/* x / sum(exp(x), rows) broadcast back: a fused row-wise step with a side and a tail. */
+static tpu_value_t softmax_rows(tpu_graph_t *g, tpu_value_t x, tpu_shape_t s) {
+  tpu_value_t e = tpu_graph_unary(g, TPU_OP_EXP, x);
+  int64_t keep[1] = {0};
+  tpu_value_t sb = tpu_graph_broadcast_in_dim(g, row_sum(g, e), &s, keep);
+  return tpu_graph_binary(g, TPU_OP_DIV, e, sb);
+}
+
+/* Four independent matmul branches, each through a softmax, summed pairwise. */
+static tpu_graph_t *branches_graph(void) {
+  tpu_graph_t *g = ir_graph();
+  tpu_shape_t s = SHAPE(48, 40);
+  tpu_value_t w = ir_param(g, TPU_F32, SHAPE(40, 40));
+  tpu_value_t acc = TPU_NO_VALUE;
+  for (int b = 0; b < 4; b++) {
+    tpu_value_t x = ir_param(g, TPU_F32, s);
+    tpu_value_t y = softmax_rows(g, matmul(g, x, w), s);
+    acc = acc == TPU_NO_VALUE ? y : tpu_graph_binary(g, TPU_OP_ADD, acc, y);
+  }
+  CHECK_OK(tpu_graph_output(g, acc, NULL));
+  CHECK_OK(tpu_graph_output(g, row_sum(g, acc), NULL));
+  return g;
+}
+
+/* A long chain of matmuls with short-lived intermediates (scratch reused by liveness),
+ * each also feeding a reduction that is an output. */
+static tpu_graph_t *reuse_graph(void) {
+  tpu_graph_t *g = ir_graph();
+  tpu_value_t w = ir_param(g, TPU_F32, SHAPE(32, 32));
+  tpu_value_t x = ir_param(g, TPU_F32, SHAPE(64, 32));
+  for (int i = 0; i < 8; i++) {
+    x = tpu_graph_unary(g, TPU_OP_TANH, matmul(g, x, w));
+    CHECK_OK(tpu_graph_output(g, row_sum(g, x), NULL));
+  }
+  CHECK_OK(tpu_graph_output(g, x, NULL));
+  return g;
+}
+
+/* SGD-like in-place updates of three parameters (outputs 0..2 overlay params 0..2) and a
+ * loss-like output; with |may_alias|, the loss may share memory with the inputs. */
+static tpu_graph_t *update_graph(void) {
+  tpu_graph_t *g = ir_graph();
+  tpu_shape_t s = SHAPE(40, 40);
+  tpu_value_t p[3], grad[3];
+  for (int i = 0; i < 3; i++) p[i] = ir_param(g, TPU_F32, s);
+  for (int i = 0; i < 3; i++) grad[i] = matmul(g, p[i], p[(i + 1) % 3]);
+  tpu_value_t lr = tpu_graph_constant(g, TPU_F32, &s, 0.01);
+  for (int i = 0; i < 3; i++) {
+    tpu_value_t step = tpu_graph_binary(g, TPU_OP_MUL, lr, grad[i]);
+    CHECK_OK(tpu_graph_output(g, tpu_graph_binary(g, TPU_OP_SUB, p[i], step), NULL));
+  }
+  CHECK_OK(tpu_graph_output(g, row_sum(g, grad[0]), NULL));
+  return g;
+}
+
+static tpu_executable_t *compile_with(const tpu_graph_t *g, const int32_t *alias, int n,
+                                      uint64_t may_alias, uint32_t disable) {
+  tpu_compile_options_t opt;
+  memset(&opt, 0, sizeof opt);
+  opt.output_alias_param = alias;
+  opt.num_output_alias = n;
+  opt.output_may_alias_input = may_alias;
+  opt.disable_passes = disable;
+  tpu_executable_t *exe = NULL;
+  CHECK_OK(tpu_compile(g, &opt, tpu_allocator_system(), &exe));
+  return exe;
+}
+
+/* ---- the oracle ------------------------------------------------------------------------ */
+
+typedef struct touch {
+  int region;
+  int64_t lo, hi;
+  bool write;
+} touch_t;
+
+static int touches(const tpu_executable_t *exe, const step_t *st, const int32_t *alias,
+                   int num_alias, touch_t *t) {
+  const view_t *views[40];
+  bool writes[40];
+  int n = 0;
+  for (int i = 0; i < st->num_in && n < 36; i++) views[n] = &st->in[i], writes[n++] = false;
+  views[n] = &st->out, writes[n++] = true;
+  const fused_t *f = st->fused;
+  if (f && f->has_pre) views[n] = &f->chunk, writes[n++] = true;
+  if (f && f->has_side) views[n] = &f->side_out, writes[n++] = true;
+  if (f && f->has_tail) views[n] = &f->tail_out, writes[n++] = true;
+  for (int i = 0; i < n; i++) {
+    const view_t *v = views[i];
+    t[i].write = writes[i];
+    tpu_view_byte_range(v, &t[i].lo, &t[i].hi);
+    if (v->base == BASE_INPUT) t[i].region = v->index;
+    else if (v->base == BASE_OUTPUT) {
+      int p = v->index < num_alias ? alias[v->index] : -1;
+      t[i].region = p >= 0 ? p : exe->num_inputs + v->index;
+    } else {
+      t[i].region = exe->num_inputs + exe->num_outputs;
+    }
+  }
+  return n;
+}
+
+/* Whether every conflicting pair of steps is ordered by the dependencies; |may_alias|
+ * outputs conflict with every input. */
+static bool deps_cover_conflicts(const tpu_executable_t *exe, const int32_t *alias,
+                                 int num_alias, uint64_t may_alias) {
+  int n = exe->num_steps;
+  bool *reach = calloc((size_t)n * (size_t)n, 1); /* reach[i * n + j]: j after i */
+  touch_t *ti = calloc(40, sizeof *ti), *tj = calloc(40, sizeof *tj);
+  bool ok = reach && ti && tj;
+  for (int i = n - 1; i >= 0 && ok; i--) {
+    const step_deps_t *d = &exe->deps;
+    for (int e = d->succ_start[i]; e < d->succ_start[i + 1]; e++) {
+      int j = d->succ[e];
+      ok = ok && j > i;
+      if (!ok) break;
+      reach[(size_t)i * n + j] = true;
+      for (int k = j + 1; k < n; k++) reach[(size_t)i * n + k] |= reach[(size_t)j * n + k];
+    }
+  }
+  int in = exe->num_inputs;
+  for (int i = 0; i < n && ok; i++) {
+    int ni = touches(exe, &exe->steps[i], alias, num_alias, ti);
+    for (int j = i + 1; j < n && ok; j++) {
+      int nj = touches(exe, &exe->steps[j], alias, num_alias, tj);
+      for (int a = 0; a < ni && ok; a++) {
+        for (int b = 0; b < nj && ok; b++) {
+          if (!ti[a].write && !tj[b].write) continue;
+          if (ti[a].lo == ti[a].hi || tj[b].lo == tj[b].hi) continue;
+          bool ma = ti[a].region >= in && ti[a].region < in + exe->num_outputs &&
+                    ((may_alias >> (ti[a].region - in)) & 1u);
+          bool mb = tj[b].region >= in && tj[b].region < in + exe->num_outputs &&
+                    ((may_alias >> (tj[b].region - in)) & 1u);
+          bool conflict = ti[a].region == tj[b].region
+                              ? ti[a].lo < tj[b].hi && tj[b].lo < ti[a].hi
+                              : (ma && tj[b].region < in) || (mb && ti[a].region < in);
+          if (conflict && !reach[(size_t)i * n + j]) {
+            fprintf(stderr, "  steps %d and %d conflict but are not ordered\n", i, j);
+            ok = false;
+          }
+        }
+      }
+    }
+  }
+  free(reach);
+  free(ti);
+  free(tj);
+  return ok;
+}
+
+/* ---- runs ---------------------------------------------------------------------------- */
+
+/* Runs |exe| |reps| times on the pool (in place when |alias| says so) and compares every
+ * run bit for bit with one sequential run; returns the number of differing runs. */
+static int parallel_vs_sequential(const tpu_graph_t *g, const tpu_executable_t *exe,
+                                  const int32_t *alias, int num_alias, int reps) {
+  cu_run_t seq;
+  cu_execute(g, exe, 11, NULL, &seq);
+  if (num_alias) { /* in place: the aliased outputs' buffers are the parameters' */
+    cu_free(&seq);
+    memset(&seq, 0, sizeof seq);
+  }
+  int bad = 0;
+  for (int r = 0; r < reps; r++) {
+    cu_run_t par;
+    if (!num_alias) {
+      cu_execute(g, exe, 11, g_pool, &par);
+      bad += cu_diff_outputs(&seq, &par) != 0;
+      cu_free(&par);
+      continue;
+    }
+    /* fresh inputs each time; aliased outputs point at their parameter */
+    cu_run_t a, b;
+    for (int k = 0; k < 2; k++) {
+      cu_run_t *x = k ? &b : &a;
+      cu_execute(g, exe, 11, NULL, x); /* allocates and fills buffers (result unused) */
+      for (int i = 0; i < x->num_in; i++) cu_fill(x->in[i], TPU_F32,
+                                                   &tpu_graph_node(g, i)->shape, 11 + (uint64_t)i);
+      void *outs[16];
+      for (int o = 0; o < x->num_out; o++) {
+        outs[o] = o < num_alias && alias[o] >= 0 ? x->in[alias[o]] : x->out[o];
+      }
+      size_t sb = tpu_executable_scratch_bytes(exe);
+      void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+      CHECK_OK(tpu_executable_run(exe, x->in, outs, scratch, k ? g_pool : NULL));
+      free(scratch);
+      for (int o = 0; o < x->num_out; o++) {
+        if (outs[o] != x->out[o]) memcpy(x->out[o], outs[o], x->out_bytes[o]);
+      }
+    }
+    bad += cu_diff_outputs(&a, &b) != 0;
+    cu_free(&a);
+    cu_free(&b);
+  }
+  cu_free(&seq);
+  return bad;
+}
+
+TEST(independent_branches_run_in_parallel) {
+  tpu_graph_t *g = branches_graph();
+  tpu_executable_t *exe = compile_with(g, NULL, 0, 0, 0);
+  if (exe) {
+    CHECK(exe->parallel);
+    int roots = 0;
+    for (int i = 0; i < exe->num_steps; i++) roots += exe->deps.num_preds[i] == 0;
+    CHECK(roots >= 4); /* the four matmuls wait for nothing */
+    CHECK(deps_cover_conflicts(exe, NULL, 0, 0));
+    CHECK(parallel_vs_sequential(g, exe, NULL, 0, 200) == 0);
+  }
+  tpu_executable_release(exe);
+  tpu_graph_destroy(g);
+}
+
+TEST(reused_scratch_orders_writes_after_reads) {
+  tpu_graph_t *g = reuse_graph();
+  for (int unfused = 0; unfused < 2; unfused++) {
+    tpu_executable_t *exe = compile_with(g, NULL, 0, 0, unfused ? TPU_PASS_ALL : 0);
+    if (!exe) continue;
+    /* the planner reuses memory: less scratch than the sum of all intermediates */
+    CHECK(tpu_executable_scratch_bytes(exe) < tpu_executable_unplanned_bytes(exe));
+    CHECK(exe->parallel);
+    CHECK(deps_cover_conflicts(exe, NULL, 0, 0));
+    CHECK(parallel_vs_sequential(g, exe, NULL, 0, 200) == 0);
+    tpu_executable_release(exe);
+  }
+  tpu_graph_destroy(g);
+}
+
+TEST(in_place_updates_and_may_alias_outputs_are_ordered) {
+  tpu_graph_t *g = update_graph();
+  const int32_t alias[4] = {0, 1, 2, TPU_OUTPUT_ALIAS_NONE};
+  for (int unfused = 0; unfused < 2; unfused++) {
+    tpu_executable_t *exe = compile_with(g, alias, 4, 0, unfused ? TPU_PASS_ALL : 0);
+    if (exe) {
+      CHECK(exe->parallel);
+      CHECK(deps_cover_conflicts(exe, alias, 4, 0));
+      CHECK(parallel_vs_sequential(g, exe, alias, 4, 100) == 0);
+    }
+    tpu_executable_release(exe);
+    /* the loss may share memory with the inputs: its write waits for every input read */
+    exe = compile_with(g, NULL, 0, 1u << 3, unfused ? TPU_PASS_ALL : 0);
+    if (exe) {
+      CHECK(deps_cover_conflicts(exe, NULL, 0, 1u << 3));
+      CHECK(parallel_vs_sequential(g, exe, NULL, 0, 100) == 0);
+    }
+    tpu_executable_release(exe);
+  }
+  tpu_graph_destroy(g);
+}
+
+TEST(overlapping_outputs_run_in_order) {
+  /* two outputs given one buffer: the run falls back to step order (last write wins) */
+  tpu_graph_t *g = ir_graph();
+  tpu_shape_t s = SHAPE(40, 40);
+  tpu_value_t a = ir_param(g, TPU_F32, s), b = ir_param(g, TPU_F32, s);
+  CHECK_OK(tpu_graph_output(g, matmul(g, a, a), NULL));
+  CHECK_OK(tpu_graph_output(g, matmul(g, b, b), NULL));
+  CHECK_OK(tpu_graph_output(g, matmul(g, a, b), NULL));
+  CHECK_OK(tpu_graph_output(g, matmul(g, b, a), NULL));
+  tpu_executable_t *exe = compile_with(g, NULL, 0, 0, 0);
+  if (exe) {
+    CHECK(exe->parallel);
+    cu_run_t r;
+    cu_execute(g, exe, 3, NULL, &r);
+    void *outs[4] = {r.out[0], r.out[1], r.out[2], r.out[2]};
+    CHECK(!tpu_deps_outputs_disjoint(exe, outs));
+    void *dist[4] = {r.out[0], r.out[1], r.out[2], r.out[3]};
+    CHECK(tpu_deps_outputs_disjoint(exe, dist));
+    float *want = malloc(r.out_bytes[3]);
+    if (want) {
+      memcpy(want, r.out[3], r.out_bytes[3]);
+      for (int rep = 0; rep < 50; rep++) {
+        CHECK_OK(tpu_executable_run(exe, r.in, outs, NULL, g_pool));
+        CHECK(memcmp(r.out[2], want, r.out_bytes[3]) == 0);
+      }
+    }
+    free(want);
+    cu_free(&r);
+  }
+  tpu_executable_release(exe);
+  tpu_graph_destroy(g);
+}
+
+TEST(an_error_in_one_branch_names_its_op_and_the_pool_still_works) {
+  tpu_graph_t *g = ir_graph();
+  tpu_value_t x = ir_param(g, TPU_F32, SHAPE(8, 16));
+  tpu_value_t idx = ir_param(g, TPU_I64, SHAPE(4, 1));
+  tpu_gather_attrs_t ga;
+  memset(&ga, 0, sizeof ga);
+  ga.num_offset_dims = 1;
+  ga.offset_dims[0] = 1;
+  ga.num_collapsed = 1;
+  ga.collapsed_slice_dims[0] = 0;
+  ga.num_start_index_map = 1;
+  ga.start_index_map[0] = 0;
+  ga.index_vector_dim = 1;
+  ga.slice_sizes[0] = 1;
+  ga.slice_sizes[1] = 16;
+  ga.check_bounds = true;
+  tpu_value_t w = ir_param(g, TPU_F32, SHAPE(16, 16));
+  for (int i = 0; i < 3; i++) CHECK_OK(tpu_graph_output(g, matmul(g, x, w), NULL));
+  CHECK_OK(tpu_graph_output(g, tpu_graph_gather(g, x, idx, &ga), NULL));
+  CHECK_OK(tpu_graph_output(g, matmul(g, matmul(g, x, w), w), NULL));
+  tpu_executable_t *exe = compile_with(g, NULL, 0, 0, 0);
+  if (exe) {
+    CHECK(exe->parallel);
+    cu_run_t r;
+    cu_execute(g, exe, 5, g_pool, &r); /* indices 0..6: in range */
+    ((int64_t *)r.in[1])[2] = 99;
+    size_t sb = tpu_executable_scratch_bytes(exe);
+    void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+    tpu_status_t st = tpu_executable_run(exe, r.in, r.out, scratch, g_pool);
+    CHECK(st == TPU_ERR_OUT_OF_RANGE);
+    CHECK_CONTAINS(tpu_status_message(), "gather");
+    CHECK_CONTAINS(tpu_status_message(), "99");
+    ((int64_t *)r.in[1])[2] = 1;
+    CHECK_OK(tpu_executable_run(exe, r.in, r.out, scratch, g_pool));
+    free(scratch);
+    cu_free(&r);
+  }
+  tpu_executable_release(exe);
+  tpu_graph_destroy(g);
+}
+
+int main(void) {
+  CHECK_OK(tpu_pool_create(2, tpu_allocator_system(), &g_pool));
+  RUN(independent_branches_run_in_parallel);
+  RUN(reused_scratch_orders_writes_after_reads);
+  RUN(in_place_updates_and_may_alias_outputs_are_ordered);
+  RUN(overlapping_outputs_run_in_order);
+  RUN(an_error_in_one_branch_names_its_op_and_the_pool_still_works);
+  tpu_pool_destroy(g_pool);
+  return check_report();
+}
