@@ -1,8 +1,8 @@
 /* binary.c: tpu_kernel_binary, the two-operand elementwise ops (include/tpu/kernels.h).
  *
  * out = op(a, b): a, b and out share one dtype; a and b broadcast to out's shape. Contiguous
- * f32 or bf16 (either operand may be a broadcast scalar) with a SIMD op runs the vec.h loop
- * over whole segments; everything else goes through blocks.
+ * f32 or bf16 rows (either operand may be a broadcast scalar) with a SIMD op run the vec.h
+ * loop row by row over the iterator's 2-d segments; everything else goes through blocks.
  */
 #include "vtpu/kernels/ew.h"
 
@@ -14,29 +14,11 @@ typedef struct binary_ctx {
   tpu_dtype_t dt;
   tpu_ct_t ct;
   bool stream; /* non-temporal stores on the SIMD paths */
+  bool simd;   /* f32 or bf16 with a vec.h op */
 } binary_ctx;
 
-static void binary_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
-                        int64_t pos) {
-  (void)pos;
-  const binary_ctx *c = arg;
-  char *out = ptrs[0];
-  const char *a = ptrs[1], *b = ptrs[2];
-  const int64_t so = strides[0], sa = strides[1], sb = strides[2];
-  if (tpu_vec_binary_has(c->op)) { /* contiguous or scalar operands: whole-segment SIMD */
-    if (c->dt == TPU_F32 && so == 4 && (sa == 4 || sa == 0) && (sb == 4 || sb == 0)) {
-      (c->stream ? c->v->binary_f32_stream : c->v->binary_f32)(
-          c->op, (const float *)a, sa / 4, (const float *)b, sb / 4, (float *)out, n);
-      if (c->stream) c->v->stream_fence();
-      return;
-    }
-    if (c->dt == TPU_BF16 && so == 2 && (sa == 2 || sa == 0) && (sb == 2 || sb == 0)) {
-      (c->stream ? c->v->binary_bf16_stream : c->v->binary_bf16)(
-          c->op, (const uint16_t *)a, sa / 2, (const uint16_t *)b, sb / 2, (uint16_t *)out, n);
-      if (c->stream) c->v->stream_fence();
-      return;
-    }
-  }
+static void binary_loop(const binary_ctx *c, char *out, const char *a, const char *b,
+                        int64_t so, int64_t sa, int64_t sb, int64_t n) {
   tpu_ew_block_t ba, bb, bo;
   for (int64_t i = 0; i < n; i += TPU_EW_BLOCK) {
     int64_t m = n - i < TPU_EW_BLOCK ? n - i : TPU_EW_BLOCK;
@@ -48,6 +30,46 @@ static void binary_loop(void *arg, char *const *ptrs, const int64_t *strides, in
     void *dst = step ? tpu_ew_out_dst(c->ct, o, so, c->dt, &bo) : (void *)&bo;
     tpu_ew_binary_compute(c->v, c->op, c->ct, c->dt, x, stepa, y, stepb, dst, step ? m : 1);
     tpu_ew_store(c->v, c->ct, dst, step, o, so, c->dt, m);
+  }
+}
+
+/* Rows of contiguous or scalar f32/bf16 operands (with a SIMD op) run the vec.h loop a
+ * row at a time; the rest goes through blocks. */
+static void binary_seg(void *arg, const tpu_ew_seg_t *s) {
+  const binary_ctx *c = arg;
+  const int64_t so = s->strides[0], sa = s->strides[1], sb = s->strides[2];
+  const int64_t es = (int64_t)tpu_dtype_size(c->dt);
+  if (c->simd && so == es && (sa == es || sa == 0) && (sb == es || sb == 0)) {
+    if (c->stream) { /* huge outputs: row by row, each aligning its streaming stores */
+      for (int64_t r = 0; r < s->rows; r++) {
+        char *o = s->ptrs[0] + r * s->outer[0];
+        const char *a = s->ptrs[1] + r * s->outer[1], *b = s->ptrs[2] + r * s->outer[2];
+        if (c->dt == TPU_F32) {
+          c->v->binary_f32_stream(c->op, (const float *)a, sa / 4, (const float *)b, sb / 4,
+                                  (float *)o, s->n);
+        } else {
+          c->v->binary_bf16_stream(c->op, (const uint16_t *)a, sa / 2, (const uint16_t *)b,
+                                   sb / 2, (uint16_t *)o, s->n);
+        }
+      }
+      c->v->stream_fence();
+      return;
+    }
+    /* row steps in elements: the iterator's byte steps are multiples of the element size
+     * except where there is one row (then unused) */
+    tpu_vec_2d_t g = {s->n, s->rows, {s->outer[0] / es, s->outer[1] / es, s->outer[2] / es, 0}};
+    if (c->dt == TPU_F32) {
+      c->v->binary_f32_2d(c->op, (const float *)s->ptrs[1], sa / 4, (const float *)s->ptrs[2],
+                          sb / 4, (float *)s->ptrs[0], &g);
+    } else {
+      c->v->binary_bf16_2d(c->op, (const uint16_t *)s->ptrs[1], sa / 2,
+                           (const uint16_t *)s->ptrs[2], sb / 2, (uint16_t *)s->ptrs[0], &g);
+    }
+    return;
+  }
+  for (int64_t r = 0; r < s->rows; r++) {
+    binary_loop(c, s->ptrs[0] + r * s->outer[0], s->ptrs[1] + r * s->outer[1],
+                s->ptrs[2] + r * s->outer[2], so, sa, sb, s->n);
   }
 }
 
@@ -69,7 +91,8 @@ tpu_status_t tpu_kernel_binary(tpu_op_t op, const tpu_buf_t *a, const tpu_buf_t 
   }
   if (!tpu_ew_binary_supported(op, out->dtype)) return tpu_ew_unsupported(KERNEL, op, out->dtype);
   binary_ctx c = {tpu_vec_ops(), op, out->dtype, tpu_ct_of(out->dtype),
-                  tpu_ew_stream_out(it.numel, out->dtype)};
-  tpu_ew_iter_run(&it, pool, binary_loop, &c);
+                  tpu_ew_stream_out(it.numel, out->dtype),
+                  (out->dtype == TPU_F32 || out->dtype == TPU_BF16) && tpu_vec_binary_has(op)};
+  tpu_ew_iter_run2(&it, pool, binary_seg, &c);
   return TPU_OK;
 }

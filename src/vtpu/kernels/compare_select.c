@@ -2,7 +2,10 @@
  * (include/tpu/kernels.h).
  *
  * compare: a and b of one dtype -> bool (NaN compares unequal to everything, so only NE
- * is true). select: pred (bool) picks on_true or on_false, any dtype, bytes copied.
+ * is true); f32 and bf16 with dense or broadcast operands run the vec.h compare loops.
+ * select: pred (bool) picks on_true or on_false, any dtype, bytes copied; 32-bit elements
+ * with a dense pred or one broadcast along the row run the vec.h select; for other sizes
+ * a row whose pred is broadcast along it is a copy of one operand's row.
  * clamp: min(max(x, lo), hi) in x's dtype with MAX/MIN semantics (NaN propagates);
  * undefined for bool, as in PyTorch. All operands broadcast to out's shape.
  */
@@ -44,10 +47,8 @@ typedef struct compare_ctx {
     }                                                                                       \
   } while (0)
 
-static void compare_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
-                         int64_t pos) {
-  (void)pos;
-  const compare_ctx *c = arg;
+static void compare_row(const compare_ctx *c, char *const *ptrs, const int64_t *strides,
+                        int64_t n) {
   tpu_ew_block_t ba, bb;
   for (int64_t i = 0; i < n; i += TPU_EW_BLOCK) {
     int64_t m = n - i < TPU_EW_BLOCK ? n - i : TPU_EW_BLOCK;
@@ -61,6 +62,30 @@ static void compare_loop(void *arg, char *const *ptrs, const int64_t *strides, i
       case TPU_CT_F64: CMP_DIRS(double); break;
       default: CMP_DIRS(int64_t); break;
     }
+  }
+}
+
+/* f32 and bf16 rows with a dense bool out and dense or broadcast operands: the vec.h
+ * loops over the whole 2-d segment; the rest row by row through blocks. */
+static void compare_seg(void *arg, const tpu_ew_seg_t *s) {
+  const compare_ctx *c = arg;
+  const int64_t es = (int64_t)tpu_dtype_size(c->dt), sa = s->strides[1], sb = s->strides[2];
+  if ((c->dt == TPU_F32 || c->dt == TPU_BF16) && s->strides[0] == 1 &&
+      (sa == es || sa == 0) && (sb == es || sb == 0)) {
+    tpu_vec_2d_t g = {s->n, s->rows, {s->outer[0], s->outer[1] / es, s->outer[2] / es, 0}};
+    if (c->dt == TPU_F32) {
+      c->v->compare_f32(c->dir, (const float *)s->ptrs[1], sa / es, (const float *)s->ptrs[2],
+                        sb / es, (uint8_t *)s->ptrs[0], &g);
+    } else {
+      c->v->compare_bf16(c->dir, (const uint16_t *)s->ptrs[1], sa / es,
+                         (const uint16_t *)s->ptrs[2], sb / es, (uint8_t *)s->ptrs[0], &g);
+    }
+    return;
+  }
+  char *ptrs[3];
+  for (int64_t r = 0; r < s->rows; r++) {
+    for (int k = 0; k < 3; k++) ptrs[k] = s->ptrs[k] + r * s->outer[k];
+    compare_row(c, ptrs, s->strides, s->n);
   }
 }
 
@@ -84,13 +109,16 @@ tpu_status_t tpu_kernel_compare(tpu_compare_dir_t dir, const tpu_buf_t *a, const
                           tpu_dtype_name(out->dtype));
   }
   compare_ctx c = {tpu_vec_ops(), dir, a->dtype, tpu_ct_of(a->dtype)};
-  tpu_ew_iter_run(&it, pool, compare_loop, &c);
+  tpu_ew_iter_run2(&it, pool, compare_seg, &c);
   return TPU_OK;
 }
 
 /* ---- select --------------------------------------------------------------------------------- */
 
-typedef struct select_ctx { size_t size; } select_ctx;
+typedef struct select_ctx {
+  const tpu_vec_ops_t *v;
+  size_t size;
+} select_ctx;
 
 #define SELECT_LOOP(T)                                                                \
   for (int64_t i = 0; i < n; i++) {                                                   \
@@ -100,18 +128,38 @@ typedef struct select_ctx { size_t size; } select_ctx;
     memcpy(o + i * so, &v, sizeof v);                                                 \
   }
 
-static void select_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
-                        int64_t pos) {
-  (void)pos;
-  const size_t size = ((const select_ctx *)arg)->size;
-  char *o = ptrs[0];
-  const char *p = ptrs[1], *t = ptrs[2], *f = ptrs[3];
+/* One row, element by element (any layout). */
+static void select_row(size_t size, char *o, const char *p, const char *t, const char *f,
+                       const int64_t *strides, int64_t n) {
   const int64_t so = strides[0], sp = strides[1], st = strides[2], sf = strides[3];
   switch (size) {
     case 1: SELECT_LOOP(uint8_t); break;
     case 2: SELECT_LOOP(uint16_t); break;
     case 4: SELECT_LOOP(uint32_t); break;
     default: SELECT_LOOP(uint64_t); break;
+  }
+}
+
+static void select_seg(void *arg, const tpu_ew_seg_t *s) {
+  const select_ctx *c = arg;
+  const int64_t es = (int64_t)c->size;
+  const int64_t so = s->strides[0], sp = s->strides[1], st = s->strides[2], sf = s->strides[3];
+  if (es == 4 && so == 4 && (sp == 1 || sp == 0) && (st == 4 || st == 0) && (sf == 4 || sf == 0)) {
+    tpu_vec_2d_t g = {s->n, s->rows, {s->outer[0] / 4, s->outer[1], s->outer[2] / 4, s->outer[3] / 4}};
+    c->v->select_u32((const uint8_t *)s->ptrs[1], sp, (const uint32_t *)s->ptrs[2], st / 4,
+                     (const uint32_t *)s->ptrs[3], sf / 4, (uint32_t *)s->ptrs[0], &g);
+    return;
+  }
+  for (int64_t r = 0; r < s->rows; r++) {
+    char *o = s->ptrs[0] + r * s->outer[0];
+    const char *p = s->ptrs[1] + r * s->outer[1];
+    const char *t = s->ptrs[2] + r * s->outer[2], *f = s->ptrs[3] + r * s->outer[3];
+    if (sp == 0) {
+      bool take_t = *p != 0; /* the row is a copy of one operand's row */
+      tpu_ew_copy_row(c->size, o, so, take_t ? t : f, take_t ? st : sf, s->n);
+    } else {
+      select_row(c->size, o, p, t, f, s->strides, s->n);
+    }
   }
 }
 
@@ -129,8 +177,8 @@ tpu_status_t tpu_kernel_select(const tpu_buf_t *pred, const tpu_buf_t *on_true,
                           tpu_dtype_name(pred->dtype), tpu_dtype_name(on_true->dtype),
                           tpu_dtype_name(on_false->dtype), tpu_dtype_name(out->dtype));
   }
-  select_ctx c = {tpu_dtype_size(out->dtype)};
-  tpu_ew_iter_run(&it, pool, select_loop, &c);
+  select_ctx c = {tpu_vec_ops(), tpu_dtype_size(out->dtype)};
+  tpu_ew_iter_run2(&it, pool, select_seg, &c);
   return TPU_OK;
 }
 

@@ -1,9 +1,10 @@
 /* copy_fill.c: tpu_kernel_copy, tpu_kernel_fill, tpu_kernel_iota (include/tpu/kernels.h).
  *
- * copy moves elements of one dtype between any two layouts (x may broadcast); segments
- * contiguous on both sides are memcpy'd, the rest is copied element by element in the
- * order that writes the output forward. fill writes one value (converted once, with the
- * CONVERT semantics of ew_scalar.h). iota writes each element's index along |dim|,
+ * copy moves elements of one dtype between any two layouts (x may broadcast); rows
+ * contiguous on both sides are copied whole (short ones inline, long or overlapping ones
+ * with memmove), the rest element by element in the order that writes the output forward.
+ * fill writes one value (converted once, with the CONVERT semantics of ew_scalar.h): memset
+ * when all its bytes are equal (zero), else a 64-byte pattern copied in pieces. iota writes each element's index along |dim|,
  * converted like an i64 value.
  */
 #include <stdio.h>
@@ -13,6 +14,28 @@
 /* ---- copy ------------------------------------------------------------------------------------ */
 
 typedef struct copy_ctx { size_t size; } copy_ctx;
+
+/* Copies |bytes| between non-overlapping ranges in fixed-size pieces the compiler turns
+ * into vector moves: short rows (64 bytes after a head split) skip a libc call each. */
+static inline void copy_short(char *dst, const char *src, size_t bytes) {
+  size_t i = 0;
+  for (; i + 32 <= bytes; i += 32) memcpy(dst + i, src + i, 32);
+  if (i + 16 <= bytes) { memcpy(dst + i, src + i, 16); i += 16; }
+  if (i + 8 <= bytes) { memcpy(dst + i, src + i, 8); i += 8; }
+  if (i + 4 <= bytes) { memcpy(dst + i, src + i, 4); i += 4; }
+  for (; i < bytes; i++) dst[i] = src[i];
+}
+
+void tpu_ew_copy_run(char *dst, const char *src, size_t bytes) {
+  if (dst == src) return;
+  uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+  bool overlap = d - s < bytes || s - d < bytes;
+  if (overlap || bytes > 512) {
+    memmove(dst, src, bytes);
+  } else {
+    copy_short(dst, src, bytes);
+  }
+}
 
 #define COPY_LOOP(T)                                                    \
   do {                                                                  \
@@ -29,15 +52,10 @@ typedef struct copy_ctx { size_t size; } copy_ctx;
     }                                                                   \
   } while (0)
 
-static void copy_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
-                      int64_t pos) {
-  (void)pos;
-  const size_t size = ((const copy_ctx *)arg)->size;
-  char *out = ptrs[0];
-  const char *in = ptrs[1];
-  const int64_t so = strides[0], si = strides[1];
+void tpu_ew_copy_row(size_t size, char *out, int64_t so, const char *in, int64_t si,
+                     int64_t n) {
   if (so == (int64_t)size && si == (int64_t)size) {
-    if (out != in) memmove(out, in, (size_t)n * size);
+    tpu_ew_copy_run(out, in, (size_t)n * size);
     return;
   }
   switch (size) {
@@ -45,6 +63,14 @@ static void copy_loop(void *arg, char *const *ptrs, const int64_t *strides, int6
     case 2: COPY_LOOP(uint16_t); break;
     case 4: COPY_LOOP(uint32_t); break;
     default: COPY_LOOP(uint64_t); break;
+  }
+}
+
+static void copy_seg(void *arg, const tpu_ew_seg_t *s) {
+  const size_t size = ((const copy_ctx *)arg)->size;
+  for (int64_t r = 0; r < s->rows; r++) {
+    tpu_ew_copy_row(size, s->ptrs[0] + r * s->outer[0], s->strides[0],
+                    s->ptrs[1] + r * s->outer[1], s->strides[1], s->n);
   }
 }
 
@@ -60,7 +86,7 @@ tpu_status_t tpu_kernel_copy(const tpu_buf_t *x, const tpu_buf_t *out, tpu_pool_
                           tpu_dtype_name(x->dtype), tpu_dtype_name(out->dtype));
   }
   copy_ctx c = {tpu_dtype_size(out->dtype)};
-  tpu_ew_iter_run(&it, pool, copy_loop, &c);
+  tpu_ew_iter_run2(&it, pool, copy_seg, &c);
   return TPU_OK;
 }
 
@@ -68,38 +94,32 @@ tpu_status_t tpu_kernel_copy(const tpu_buf_t *x, const tpu_buf_t *out, tpu_pool_
 
 typedef struct fill_ctx {
   size_t size;
-  unsigned char bytes[8];
+  bool bytewise;          /* every byte of the value is the same: memset */
+  unsigned char pat[64];  /* the value repeated over 64 bytes */
 } fill_ctx;
 
-#define FILL_LOOP(T)                                                    \
-  do {                                                                  \
-    T v;                                                                \
-    memcpy(&v, c->bytes, sizeof v);                                     \
-    if (so == (int64_t)sizeof v) {                                      \
-      T *o = (T *)(void *)out;                                          \
-      for (int64_t i = 0; i < n; i++) o[i] = v;                         \
-    } else {                                                            \
-      for (int64_t i = 0; i < n; i++) memcpy(out + i * so, &v, sizeof v); \
-    }                                                                   \
-  } while (0)
+/* A contiguous run of |bytes| (a multiple of the element size): memset, or the 64-byte
+ * pattern in fixed-size pieces (vector stores). */
+static void fill_run(const fill_ctx *c, char *out, size_t bytes) {
+  if (c->bytewise) {
+    memset(out, c->pat[0], bytes);
+    return;
+  }
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) memcpy(out + i, c->pat, 64);
+  if (i < bytes) memcpy(out + i, c->pat, bytes - i);
+}
 
-static void fill_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
-                      int64_t pos) {
-  (void)pos;
+static void fill_seg(void *arg, const tpu_ew_seg_t *s) {
   const fill_ctx *c = arg;
-  char *out = ptrs[0];
-  const int64_t so = strides[0];
-  switch (c->size) {
-    case 1:
-      if (so == 1) {
-        memset(out, c->bytes[0], (size_t)n);
-      } else {
-        for (int64_t i = 0; i < n; i++) out[i * so] = (char)c->bytes[0];
-      }
-      break;
-    case 2: FILL_LOOP(uint16_t); break;
-    case 4: FILL_LOOP(uint32_t); break;
-    default: FILL_LOOP(uint64_t); break;
+  const int64_t so = s->strides[0];
+  for (int64_t r = 0; r < s->rows; r++) {
+    char *out = s->ptrs[0] + r * s->outer[0];
+    if (so == (int64_t)c->size) {
+      fill_run(c, out, (size_t)s->n * c->size);
+    } else {
+      for (int64_t i = 0; i < s->n; i++) memcpy(out + i * so, c->pat, c->size);
+    }
   }
 }
 
@@ -112,11 +132,14 @@ tpu_status_t tpu_kernel_fill(const tpu_buf_t *out, double value, int64_t ivalue,
   memset(&c, 0, sizeof c);
   c.size = tpu_dtype_size(out->dtype);
   if (tpu_dtype_is_float(out->dtype)) {
-    tpu_ew_store_f64(c.bytes, out->dtype, value);
+    tpu_ew_store_f64(c.pat, out->dtype, value);
   } else {
-    tpu_ew_store_i64(c.bytes, out->dtype, ivalue);
+    tpu_ew_store_i64(c.pat, out->dtype, ivalue);
   }
-  tpu_ew_iter_run(&it, pool, fill_loop, &c);
+  c.bytewise = true;
+  for (size_t i = 1; i < c.size; i++) c.bytewise = c.bytewise && c.pat[i] == c.pat[0];
+  for (size_t i = c.size; i < sizeof c.pat; i += c.size) memcpy(c.pat + i, c.pat, c.size);
+  tpu_ew_iter_run2(&it, pool, fill_seg, &c);
   return TPU_OK;
 }
 

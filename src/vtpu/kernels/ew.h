@@ -7,7 +7,10 @@
  *   merges dims that are contiguous in every operand. Run splits the element range over
  *   the pool (grain TPU_EW_GRAIN elements) and calls a loop function on 1-d segments:
  *   pointers and byte strides per operand, a length, and the segment's position in the
- *   iteration order (the row-major index when the order is kept).
+ *   iteration order (the row-major index when the order is kept). Run2 hands out 2-d
+ *   segments instead (rows of the innermost dim, stepping the next one), so kernels whose
+ *   innermost run is short (16 or 32 elements after a transpose or a broadcast) pay their
+ *   dispatch once per tile rather than once per row.
  * - blocks: loops convert up to TPU_EW_BLOCK elements at a time into a compute type
  *   (ew_scalar.h), compute, and convert back; f32 data in place is used without a copy,
  *   bf16 goes through the SIMD converters.
@@ -39,12 +42,26 @@ typedef struct tpu_ew_iter {
 typedef void (*tpu_ew_loop_fn)(void *ctx, char *const *ptrs, const int64_t *strides,
                                int64_t n, int64_t pos);
 
+/* A 2-d segment: |rows| rows of |n| elements; element i of row r of operand k is at
+ * ptrs[k] + r * outer[k] + i * strides[k] (bytes). pos is the first element's position in
+ * the iteration order; rows after the first follow at pos + r * n (rows > 1 only for
+ * whole rows). */
+typedef struct tpu_ew_seg {
+  char *ptrs[TPU_EW_MAX_OPERANDS];
+  int64_t strides[TPU_EW_MAX_OPERANDS];
+  int64_t outer[TPU_EW_MAX_OPERANDS];
+  int64_t n, rows, pos;
+} tpu_ew_seg_t;
+
+typedef void (*tpu_ew_seg_fn)(void *ctx, const tpu_ew_seg_t *seg);
+
 /* Checks the buffers (|names| label them in errors: "out", "x", ...) and builds the
  * iteration. Inputs must have the output's rank with each dim equal or 1, or rank 0. */
 tpu_status_t tpu_ew_iter_init(tpu_ew_iter_t *it, const char *kernel, const tpu_buf_t *out,
                               const tpu_buf_t *const *ins, const char *const *names,
                               int nin, bool keep_order);
 void tpu_ew_iter_run(const tpu_ew_iter_t *it, tpu_pool_t *pool, tpu_ew_loop_fn fn, void *ctx);
+void tpu_ew_iter_run2(const tpu_ew_iter_t *it, tpu_pool_t *pool, tpu_ew_seg_fn fn, void *ctx);
 
 /* Whether |out| (numel elements) is large enough for streaming stores. */
 static inline bool tpu_ew_stream_out(int64_t numel, tpu_dtype_t dt) {
@@ -79,6 +96,14 @@ void tpu_ew_unary_compute(const tpu_vec_ops_t *v, tpu_op_t op, tpu_ct_t ct, tpu_
 void tpu_ew_binary_compute(const tpu_vec_ops_t *v, tpu_op_t op, tpu_ct_t ct, tpu_dtype_t dt,
                            const void *a, int64_t sa, const void *b, int64_t sb, void *out,
                            int64_t n);
+
+/* Copies a contiguous run of |bytes| (copy_fill.c): short non-overlapping runs inline,
+ * long or overlapping ones with memmove. */
+void tpu_ew_copy_run(char *dst, const char *src, size_t bytes);
+/* Copies n elements of |size| bytes from |in| (byte stride si, 0 repeats one) to |out|
+ * (byte stride so): tpu_ew_copy_run when both are dense, else typed element loops. */
+void tpu_ew_copy_row(size_t size, char *out, int64_t so, const char *in, int64_t si,
+                     int64_t n);
 
 /* The error for an op the dtype does not define: "<kernel>: EXP is not defined for dtype i32". */
 tpu_status_t tpu_ew_unsupported(const char *kernel, tpu_op_t op, tpu_dtype_t dt);

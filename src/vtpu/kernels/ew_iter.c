@@ -129,44 +129,83 @@ tpu_status_t tpu_ew_iter_init(tpu_ew_iter_t *it, const char *kernel, const tpu_b
 
 typedef struct run_job {
   const tpu_ew_iter_t *it;
-  tpu_ew_loop_fn fn;
+  tpu_ew_seg_fn fn;
   void *ctx;
 } run_job;
 
+/* Elements [begin, end) as 2-d segments: a partial row alone, then runs of whole rows
+ * up to the end of the next-outer dim (or of the range). Offsets, not pointers, are
+ * carried between segments, so nothing points outside an operand in between. */
 static void run_range(void *arg, int64_t begin, int64_t end) {
   const run_job *job = arg;
   const tpu_ew_iter_t *it = job->it;
-  const int nd = it->ndim, last = nd - 1;
-  int64_t idx[TPU_MAX_RANK];
+  const int nd = it->ndim, last = nd - 1, nops = it->nops;
+  const int64_t len = it->dims[last];
+  int64_t idx[TPU_MAX_RANK], off[TPU_EW_MAX_OPERANDS] = {0};
   int64_t rem = begin;
   for (int d = last; d >= 0; d--) {
     idx[d] = rem % it->dims[d];
     rem /= it->dims[d];
+    for (int k = 0; k < nops; k++) off[k] += idx[d] * it->strides[k][d];
   }
-  int64_t inner[TPU_EW_MAX_OPERANDS];
-  for (int k = 0; k < it->nops; k++) inner[k] = it->strides[k][last];
-  char *ptrs[TPU_EW_MAX_OPERANDS];
+  tpu_ew_seg_t seg;
+  for (int k = 0; k < nops; k++) {
+    seg.strides[k] = it->strides[k][last];
+    seg.outer[k] = nd > 1 ? it->strides[k][last - 1] : 0;
+  }
   int64_t pos = begin;
   while (pos < end) {
-    for (int k = 0; k < it->nops; k++) {
-      char *p = it->base[k];
-      for (int d = 0; d < nd; d++) p += idx[d] * it->strides[k][d];
-      ptrs[k] = p;
+    for (int k = 0; k < nops; k++) seg.ptrs[k] = it->base[k] + off[k];
+    seg.pos = pos;
+    if (idx[last] != 0 || nd == 1 || end - pos < len) { /* part of one row */
+      seg.n = len - idx[last] < end - pos ? len - idx[last] : end - pos;
+      seg.rows = 1;
+      idx[last] += seg.n;
+      for (int k = 0; k < nops; k++) off[k] += seg.n * seg.strides[k];
+    } else { /* whole rows */
+      int64_t rows = (end - pos) / len;
+      if (rows > it->dims[last - 1] - idx[last - 1]) rows = it->dims[last - 1] - idx[last - 1];
+      seg.n = len;
+      seg.rows = rows;
+      idx[last - 1] += rows;
+      for (int k = 0; k < nops; k++) off[k] += rows * seg.outer[k];
     }
-    int64_t n = it->dims[last] - idx[last];
-    if (n > end - pos) n = end - pos;
-    job->fn(job->ctx, ptrs, inner, n, pos);
-    pos += n;
-    idx[last] += n;
-    for (int d = last; d > 0 && idx[d] == it->dims[d]; d--) {
+    job->fn(job->ctx, &seg);
+    pos += seg.n * seg.rows;
+    for (int d = last; d > 0; d--) { /* carry (whole rows may fill dim last - 1) */
+      if (idx[d] < it->dims[d]) continue;
       idx[d] = 0;
       idx[d - 1]++;
+      for (int k = 0; k < nops; k++) {
+        off[k] += it->strides[k][d - 1] - it->dims[d] * it->strides[k][d];
+      }
     }
   }
 }
 
-void tpu_ew_iter_run(const tpu_ew_iter_t *it, tpu_pool_t *pool, tpu_ew_loop_fn fn, void *ctx) {
+void tpu_ew_iter_run2(const tpu_ew_iter_t *it, tpu_pool_t *pool, tpu_ew_seg_fn fn, void *ctx) {
   if (it->numel == 0) return;
   run_job job = {it, fn, ctx};
   tpu_pool_parallel_for(pool, it->numel, TPU_EW_GRAIN, run_range, &job);
+}
+
+/* The 1-d loops over 2-d segments: one call per row. */
+typedef struct rows_job {
+  tpu_ew_loop_fn fn;
+  void *ctx;
+  int nops;
+} rows_job;
+
+static void rows_loop(void *arg, const tpu_ew_seg_t *seg) {
+  const rows_job *job = arg;
+  char *ptrs[TPU_EW_MAX_OPERANDS];
+  for (int64_t r = 0; r < seg->rows; r++) {
+    for (int k = 0; k < job->nops; k++) ptrs[k] = seg->ptrs[k] + r * seg->outer[k];
+    job->fn(job->ctx, ptrs, seg->strides, seg->n, seg->pos + r * seg->n);
+  }
+}
+
+void tpu_ew_iter_run(const tpu_ew_iter_t *it, tpu_pool_t *pool, tpu_ew_loop_fn fn, void *ctx) {
+  rows_job job = {fn, ctx, it->nops};
+  tpu_ew_iter_run2(it, pool, rows_loop, &job);
 }

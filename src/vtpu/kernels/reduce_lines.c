@@ -10,6 +10,8 @@
  *   gather  otherwise: blocks of TPU_RED_BLOCK consecutive sequence elements, converted
  *           into a scratch block (f32, f64 or i64; AND/OR are bitwise on integers, on
  *           0/1 truth values for bool and floats).
+ * AND/OR over one contiguous line of bytes per output (bool, i8, u8) skip the blocks and
+ * fold the line eight bytes at a time (exact, so the result is the same).
  * Leaf values are combined as a binary-counter tree (pairwise summation), so an f32 sum of
  * n elements has error O(log n) blocks. Many outputs run in parallel one output per item;
  * few large outputs split their blocks into aligned groups of 2^k blocks, which combine
@@ -295,6 +297,35 @@ static void store(const engine_t *e, int64_t oo, rv_t v) {
 
 /* ---- parallel drivers ------------------------------------------------------------------- */
 
+/* AND/OR of the n bytes at x, eight at a time (bitwise, so the order does not matter),
+ * as the i64 the general path computes: sign-extended for i8, zero-extended else. */
+static int64_t line_bytes_andor(tpu_reduce_kind_t kind, tpu_dtype_t dt, const uint8_t *x,
+                                int64_t n) {
+  uint64_t acc, w;
+  int64_t i = 0;
+  if (kind == TPU_REDUCE_AND) {
+    for (acc = ~(uint64_t)0; i + 8 <= n; i += 8) {
+      memcpy(&w, x + i, 8);
+      acc &= w;
+    }
+    for (; i < n; i++) acc &= (uint64_t)x[i] | ~(uint64_t)0xff; /* the low byte only */
+    acc &= acc >> 32;
+    acc &= acc >> 16;
+    acc &= acc >> 8;
+  } else {
+    for (acc = 0; i + 8 <= n; i += 8) {
+      memcpy(&w, x + i, 8);
+      acc |= w;
+    }
+    for (; i < n; i++) acc |= x[i];
+    acc |= acc >> 32;
+    acc |= acc >> 16;
+    acc |= acc >> 8;
+  }
+  uint8_t r = (uint8_t)acc;
+  return dt == TPU_I8 ? (int64_t)(int8_t)r : (int64_t)r;
+}
+
 /* Outputs [begin, end), one after the other. */
 static void outputs_task(void *ctx, int64_t begin, int64_t end) {
   const engine_t *e = ctx;
@@ -310,6 +341,17 @@ static void outputs_task(void *ctx, int64_t begin, int64_t end) {
     float *out = p->out->data;
     for (int64_t o = begin; o < end; o++) {
       out[pos.off[1]] = p->isa->row_f32(p->kind, x + pos.off[0], e->n0);
+      tpu_loop_step(&p->kept, p->kept.rank, &pos);
+    }
+    return;
+  }
+  if ((p->kind == TPU_REDUCE_AND || p->kind == TPU_REDUCE_OR) && e->esize == 1 &&
+      !tpu_dtype_is_float(p->x->dtype) && p->red.rank == 1 && e->s0 == 1) {
+    /* one contiguous line of bytes per output (bool all/any over the last dim) */
+    const uint8_t *x = p->x->data;
+    for (int64_t o = begin; o < end; o++) {
+      rv_t v = {.i = line_bytes_andor(p->kind, p->x->dtype, x + pos.off[0], e->n0)};
+      store(e, pos.off[1], v);
       tpu_loop_step(&p->kept, p->kept.rank, &pos);
     }
     return;

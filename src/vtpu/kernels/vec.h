@@ -1,7 +1,7 @@
 /* vec.h: the SIMD inner loops of the elementwise kernels, one table per ISA (internal).
  *
  * Each table holds contiguous 1-d loops over f32 and bf16 arrays (and the bf16 <-> f32
- * conversions and the Philox generator) written once in vec_impl.h and compiled three times:
+ * conversions, compares to bool, 32-bit selects and the Philox generator) written once in vec_impl.h and compiled three times:
  * vec_avx512.c (AVX-512 F/BW/VL/DQ), vec_avx2.c (AVX2 + FMA) and vec_portable.c (plain C).
  * The kernels (unary.c, binary.c, ...) take the table that tpu_vec_ops() picks for this
  * CPU, masked by TORCHTPU_ISA; tests reach every table through tpu_vec_ops_for().
@@ -22,6 +22,14 @@
 #include "tpu/kernels.h"
 
 typedef enum tpu_isa { TPU_ISA_PORTABLE, TPU_ISA_AVX2, TPU_ISA_AVX512, TPU_ISA_COUNT } tpu_isa_t;
+
+/* The rows of a 2-d loop: |rows| rows of n elements; row r of operand k starts ld[k]
+ * elements (of that operand's type) after row r - 1. Operand 0 is the output, then the
+ * inputs in argument order. */
+typedef struct tpu_vec_2d {
+  int64_t n, rows;
+  int64_t ld[4];
+} tpu_vec_2d_t;
 
 typedef struct tpu_vec_ops {
   const char *name; /* "portable", "avx2", "avx512" */
@@ -55,6 +63,24 @@ typedef struct tpu_vec_ops {
   void (*bf16_to_f32_stream)(const uint16_t *x, float *y, int64_t n);
   void (*f32_to_bf16_stream)(const float *x, uint16_t *y, int64_t n);
   void (*stream_fence)(void);
+  /* binary_f32 / binary_bf16 over the rows of |g| (ld: out, a, b): a row with sa or sb
+   * 0 repeats that row's first element. */
+  void (*binary_f32_2d)(tpu_op_t op, const float *a, int64_t sa, const float *b, int64_t sb,
+                        float *out, const tpu_vec_2d_t *g);
+  void (*binary_bf16_2d)(tpu_op_t op, const uint16_t *a, int64_t sa, const uint16_t *b,
+                         int64_t sb, uint16_t *out, const tpu_vec_2d_t *g);
+  /* out[i] = a[i * sa] DIR b[i * sb] as bool bytes (0/1), sa, sb in {0, 1}, over the rows
+   * of |g| (ld: out, a, b); IEEE semantics: NaN compares false except NE, -0 == +0. bf16
+   * compares its f32 values. */
+  void (*compare_f32)(tpu_compare_dir_t dir, const float *a, int64_t sa, const float *b,
+                      int64_t sb, uint8_t *out, const tpu_vec_2d_t *g);
+  void (*compare_bf16)(tpu_compare_dir_t dir, const uint16_t *a, int64_t sa,
+                       const uint16_t *b, int64_t sb, uint8_t *out, const tpu_vec_2d_t *g);
+  /* out[i] = pred[i * sp] ? t[i * st] : f[i * sf] on 32-bit elements, sp, st, sf in
+   * {0, 1} (a pred byte is true when non-zero), over the rows of |g| (ld: out, pred, t,
+   * f); out may equal t or f where its step is 1. */
+  void (*select_u32)(const uint8_t *pred, int64_t sp, const uint32_t *t, int64_t st,
+                     const uint32_t *f, int64_t sf, uint32_t *out, const tpu_vec_2d_t *g);
 } tpu_vec_ops_t;
 
 bool tpu_vec_unary_has(tpu_op_t op);  /* EXP LOG TANH LOGISTIC ERF SQRT RSQRT NEG ABS */

@@ -41,6 +41,24 @@ static inline vf vf_fnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
 static inline vm vf_lt(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 static inline vm vf_eq(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
 static inline vm vf_unord(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_UNORD_Q); }
+static inline vm vf_ne(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_NEQ_UQ); }
+static inline vm vf_le(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_LE_OQ); }
+static inline vm vf_gt(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+static inline vm vf_ge(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+static inline void vm_store_u8(uint8_t *p, vm m) { /* all-ones lanes -> 1, packed to bytes */
+  __m256i b = _mm256_srli_epi32(_mm256_castps_si256(m), 31);
+  __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+  _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
+}
+static inline vm vm_load_u8(const uint8_t *p) {
+  __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, _mm256_setzero_si256()));
+}
+static inline __m256i lanes_below(int64_t m) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline vf vf_load_n(const float *p, int64_t m) { return _mm256_maskload_ps(p, lanes_below(m)); }
+static inline void vf_store_n(float *p, vf v, int64_t m) { _mm256_maskstore_ps(p, lanes_below(m), v); }
 static inline vf vf_sel(vm m, vf a, vf b) { return _mm256_blendv_ps(b, a, m); }
 static inline vi vi_sel(vm m, vi a, vi b) {
   return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(b), _mm256_castsi256_ps(a), m));
@@ -65,6 +83,16 @@ static inline void vi_store_u16(uint16_t *p, vi v) {
   __m256i packed = _mm256_packus_epi32(v, v);
   packed = _mm256_permute4x64_epi64(packed, 0x08);
   _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
+}
+static inline vi vi_load_u16_n(const uint16_t *p, int64_t m) {
+  uint16_t t[8] = {0};
+  for (int64_t j = 0; j < m; j++) t[j] = p[j];
+  return vi_load_u16(t);
+}
+static inline void vi_store_u16_n(uint16_t *p, vi v, int64_t m) {
+  uint16_t t[8];
+  vi_store_u16(t, v);
+  for (int64_t j = 0; j < m; j++) p[j] = t[j];
 }
 #define VEC_CAN_STREAM 1
 static inline void vf_stream(float *p, vf v) { _mm256_stream_ps(p, v); }        /* 32B aligned */

@@ -43,6 +43,20 @@ static inline vf vf_scalef(vf y, vf n) { return _mm512_scalef_ps(y, n); }
 static inline vm vf_lt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 static inline vm vf_eq(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 static inline vm vf_unord(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q); }
+static inline vm vf_ne(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); }
+static inline vm vf_le(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
+static inline vm vf_gt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+static inline vm vf_ge(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+static inline void vm_store_u8(uint8_t *p, vm m) {
+  _mm_storeu_si128((__m128i *)p, _mm_maskz_set1_epi8(m, 1));
+}
+static inline vm vm_load_u8(const uint8_t *p) {
+  __m128i b = _mm_loadu_si128((const __m128i *)p);
+  return _mm_test_epi8_mask(b, b);
+}
+static inline __mmask16 lanes_below(int64_t m) { return (__mmask16)((1u << m) - 1); }
+static inline vf vf_load_n(const float *p, int64_t m) { return _mm512_maskz_loadu_ps(lanes_below(m), p); }
+static inline void vf_store_n(float *p, vf v, int64_t m) { _mm512_mask_storeu_ps(p, lanes_below(m), v); }
 static inline vf vf_sel(vm m, vf a, vf b) { return _mm512_mask_blend_ps(m, b, a); }
 static inline vi vi_sel(vm m, vi a, vi b) { return _mm512_mask_blend_epi32(m, b, a); }
 static inline vi vi_set(int32_t a) { return _mm512_set1_epi32(a); }
@@ -62,6 +76,12 @@ static inline vi vi_load_u16(const uint16_t *p) {
 }
 static inline void vi_store_u16(uint16_t *p, vi v) {
   _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(v));
+}
+static inline vi vi_load_u16_n(const uint16_t *p, int64_t m) {
+  return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes_below(m), p));
+}
+static inline void vi_store_u16_n(uint16_t *p, vi v, int64_t m) {
+  _mm256_mask_storeu_epi16(p, lanes_below(m), _mm512_cvtepi32_epi16(v));
 }
 #define VEC_CAN_STREAM 1
 static inline void vf_stream(float *p, vf v) { _mm512_stream_ps(p, v); }        /* 64B aligned */

@@ -7,7 +7,11 @@
  *   vf_set load store add sub mul div min max sqrt or   (min/max as x86 minps: the second
  *                              operand when either is NaN)
  *   vf_fma(a, b, c) = a*b + c, vf_fnma(a, b, c) = c - a*b
- *   vf_lt eq unord -> vm;      vf_sel(m, a, b), vi_sel(m, a, b) = m ? a : b
+ *   vf_lt le gt ge eq (ordered: false on NaN), vf_ne (true on NaN), unord -> vm;
+ *                              vf_sel(m, a, b), vi_sel(m, a, b) = m ? a : b
+ *   vm_store_u8(p, m)          VEC_W bytes 0/1; vm_load_u8(p): lanes whose byte is non-zero
+ *   vf_load_n / vf_store_n, vi_load_u16_n / vi_store_u16_n: the first m (0 < m < VEC_W)
+ *                              lanes (masked: nothing past them is read or written)
  *   vi_set add sub and or xor sll srl sra (by a constant), vf_as_vi, vi_as_vf (bits),
  *   vi_to_vf (value), vi_load_u16 / vi_store_u16 (zero-extend / truncate),
  *   vi_load_u32 / vi_store_u32, vi_mulhilo(a, m, &hi, &lo) (unsigned 32x32 -> 64)
@@ -225,6 +229,11 @@ static inline void f32_to_bf16_body(const float *x, uint16_t *y, int64_t n, bool
 #define VEC_ST_bf16(p, v) vi_store_u16((p), v_to_bf16(v))
 #define VEC_NT_bf16(p, v) vi_stream_u16((p), v_to_bf16(v))
 #define VEC_SET_bf16(p) vf_set(tpu_bf16_to_f32(*(p)))
+/* the first m (0 < m < VEC_W) elements: other lanes load as 0 and are not stored */
+#define VEC_LDN_f32(p, m) vf_load_n((p), (m))
+#define VEC_STN_f32(p, v, m) vf_store_n((p), (v), (m))
+#define VEC_LDN_bf16(p, m) v_from_bf16(vi_load_u16_n((p), (m)))
+#define VEC_STN_bf16(p, v, m) vi_store_u16_n((p), v_to_bf16(v), (m))
 #define VEC_OUT(S, p, v)          \
   do {                            \
     vf out_v_ = (v);              \
@@ -232,18 +241,12 @@ static inline void f32_to_bf16_body(const float *x, uint16_t *y, int64_t n, bool
     else VEC_ST_##S(p, out_v_);   \
   } while (0)
 
-/* y[i] = F(x[i]): full vectors, then the tail through a zero-padded lane buffer. */
+/* y[i] = F(x[i]): full vectors, then the tail through partial (masked) loads and stores. */
 #define VEC_MAP1(T, S, F)                                                 \
   do {                                                                    \
     int64_t i = 0;                                                        \
     for (; i + VEC_W <= n; i += VEC_W) VEC_OUT(S, y + i, F(VEC_LD_##S(x + i))); \
-    if (i < n) {                                                          \
-      T tx[VEC_W], ty[VEC_W];                                             \
-      memset(tx, 0, sizeof tx);                                           \
-      memcpy(tx, x + i, (size_t)(n - i) * sizeof(T));                     \
-      VEC_ST_##S(ty, F(VEC_LD_##S(tx)));                                  \
-      memcpy(y + i, ty, (size_t)(n - i) * sizeof(T));                     \
-    }                                                                     \
+    if (i < n) VEC_STN_##S(y + i, F(VEC_LDN_##S(x + i, n - i)), n - i);   \
   } while (0)
 
 #define VEC_UNARY_SWITCH(T, S)                                            \
@@ -271,9 +274,12 @@ static inline void unary_bf16_body(tpu_op_t op, const uint16_t *x, uint16_t *y, 
 }
 
 /* out[i] = F(A(i), B(i)) with A, B loading a vector at i or repeating one value; two
- * vectors per step, then the tail through lane buffers. */
+ * vectors per step, then one, then the tail through partial (masked) loads and stores. */
 #define VEC_LOOP2(T, S, F, A, B)                                          \
   do {                                                                    \
+    vf av = VEC_SET_##S(a), bv = VEC_SET_##S(b);                          \
+    (void)av;                                                             \
+    (void)bv;                                                             \
     int64_t i = 0;                                                        \
     for (; i + 2 * VEC_W <= n; i += 2 * VEC_W) {                          \
       vf r0 = F(A(T, S, a, i), B(T, S, b, i));                            \
@@ -281,16 +287,14 @@ static inline void unary_bf16_body(tpu_op_t op, const uint16_t *x, uint16_t *y, 
       VEC_OUT(S, out + i, r0);                                            \
       VEC_OUT(S, out + i + VEC_W, r1);                                    \
     }                                                                     \
-    for (; i < n; i += VEC_W) {                                           \
-      T ta[VEC_W], tb[VEC_W], to[VEC_W];                                  \
-      int64_t m = n - i < VEC_W ? n - i : VEC_W;                          \
-      memset(ta, 0, sizeof ta);                                           \
-      memset(tb, 0, sizeof tb);                                           \
-      memcpy(ta, a + i * sa, (size_t)(sa ? m : 1) * sizeof(T));           \
-      memcpy(tb, b + i * sb, (size_t)(sb ? m : 1) * sizeof(T));           \
-      VEC_ST_##S(to, F(sa ? VEC_LD_##S(ta) : VEC_SET_##S(ta),             \
-                       sb ? VEC_LD_##S(tb) : VEC_SET_##S(tb)));           \
-      memcpy(out + i, to, (size_t)m * sizeof(T));                         \
+    if (i + VEC_W <= n) {                                                 \
+      VEC_OUT(S, out + i, F(A(T, S, a, i), B(T, S, b, i)));               \
+      i += VEC_W;                                                         \
+    }                                                                     \
+    if (i < n) {                                                          \
+      int64_t m = n - i;                                                  \
+      VEC_STN_##S(out + i, F(sa ? VEC_LDN_##S(a + i, m) : av,             \
+                             sb ? VEC_LDN_##S(b + i, m) : bv), m);        \
     }                                                                     \
   } while (0)
 
@@ -298,15 +302,27 @@ static inline void unary_bf16_body(tpu_op_t op, const uint16_t *x, uint16_t *y, 
 #define VEC_ARG_ONE_a(T, S, p, i) av
 #define VEC_ARG_ONE_b(T, S, p, i) bv
 
+/* The rows of |g|, the layout of a and b (vector or repeated value) chosen once. */
 #define VEC_MAP2(T, S, F)                                                 \
   do {                                                                    \
-    vf av = VEC_SET_##S(a), bv = VEC_SET_##S(b);                          \
-    (void)av;                                                             \
-    (void)bv;                                                             \
-    if (sa && sb) VEC_LOOP2(T, S, F, VEC_ARG_VEC, VEC_ARG_VEC);           \
-    else if (sa) VEC_LOOP2(T, S, F, VEC_ARG_VEC, VEC_ARG_ONE_b);          \
-    else if (sb) VEC_LOOP2(T, S, F, VEC_ARG_ONE_a, VEC_ARG_VEC);          \
-    else VEC_LOOP2(T, S, F, VEC_ARG_ONE_a, VEC_ARG_ONE_b);                \
+    if (sa && sb) VEC_ROWS(g, VEC_LOOP2(T, S, F, VEC_ARG_VEC, VEC_ARG_VEC));           \
+    else if (sa) VEC_ROWS(g, VEC_LOOP2(T, S, F, VEC_ARG_VEC, VEC_ARG_ONE_b));          \
+    else if (sb) VEC_ROWS(g, VEC_LOOP2(T, S, F, VEC_ARG_ONE_a, VEC_ARG_VEC));          \
+    else VEC_ROWS(g, VEC_LOOP2(T, S, F, VEC_ARG_ONE_a, VEC_ARG_ONE_b));                \
+  } while (0)
+
+/* Runs BODY once per row of |g| with out, a, b (and pred, t, f) at that row: the
+ * dispatch around the row loop happens once per 2-d segment. */
+#define VEC_ROWS(g, BODY)                                                 \
+  do {                                                                    \
+    for (int64_t r_ = 0; r_ < (g)->rows; r_++) {                          \
+      if (r_) { /* no pointer moves past the last row */                  \
+        out += (g)->ld[0];                                                \
+        a += (g)->ld[1];                                                  \
+        b += (g)->ld[2];                                                  \
+      }                                                                   \
+      BODY;                                                               \
+    }                                                                     \
   } while (0)
 
 #define VEC_BINARY_SWITCH(T, S)                                           \
@@ -321,15 +337,139 @@ static inline void unary_bf16_body(tpu_op_t op, const uint16_t *x, uint16_t *y, 
     default: break;                                                       \
   }
 
+static inline void binary_f32_rows(tpu_op_t op, const float *a, int64_t sa, const float *b,
+                                   int64_t sb, float *out, const tpu_vec_2d_t *g,
+                                   bool stream) {
+  const int64_t n = g->n;
+  VEC_BINARY_SWITCH(float, f32)
+}
+
+static inline void binary_bf16_rows(tpu_op_t op, const uint16_t *a, int64_t sa,
+                                    const uint16_t *b, int64_t sb, uint16_t *out,
+                                    const tpu_vec_2d_t *g, bool stream) {
+  const int64_t n = g->n;
+  VEC_BINARY_SWITCH(uint16_t, bf16)
+}
+
 static inline void binary_f32_body(tpu_op_t op, const float *a, int64_t sa, const float *b,
                                    int64_t sb, float *out, int64_t n, bool stream) {
-  VEC_BINARY_SWITCH(float, f32)
+  tpu_vec_2d_t g = {n, 1, {0, 0, 0, 0}};
+  binary_f32_rows(op, a, sa, b, sb, out, &g, stream);
 }
 
 static inline void binary_bf16_body(tpu_op_t op, const uint16_t *a, int64_t sa,
                                     const uint16_t *b, int64_t sb, uint16_t *out, int64_t n,
                                     bool stream) {
-  VEC_BINARY_SWITCH(uint16_t, bf16)
+  tpu_vec_2d_t g = {n, 1, {0, 0, 0, 0}};
+  binary_bf16_rows(op, a, sa, b, sb, out, &g, stream);
+}
+
+static void binary_f32_2d(tpu_op_t op, const float *a, int64_t sa, const float *b, int64_t sb,
+                          float *out, const tpu_vec_2d_t *g) {
+  binary_f32_rows(op, a, sa, b, sb, out, g, false);
+}
+
+static void binary_bf16_2d(tpu_op_t op, const uint16_t *a, int64_t sa, const uint16_t *b,
+                           int64_t sb, uint16_t *out, const tpu_vec_2d_t *g) {
+  binary_bf16_rows(op, a, sa, b, sb, out, g, false);
+}
+
+/* ---- compare and select ------------------------------------------------------------------ */
+
+/* out[i] = a[i * sa] DIR b[i * sb] as 0/1 bytes; IEEE: NaN compares false except NE. */
+#define VEC_CMP_LOOP(T, S, C, A, B)                                       \
+  do {                                                                    \
+    vf av = VEC_SET_##S(a), bv = VEC_SET_##S(b);                          \
+    (void)av;                                                             \
+    (void)bv;                                                             \
+    int64_t i = 0;                                                        \
+    for (; i + VEC_W <= n; i += VEC_W) vm_store_u8(out + i, C(A(T, S, a, i), B(T, S, b, i))); \
+    if (i < n) {                                                          \
+      int64_t m = n - i;                                                  \
+      uint8_t t[VEC_W];                                                   \
+      vm_store_u8(t, C(sa ? VEC_LDN_##S(a + i, m) : av, sb ? VEC_LDN_##S(b + i, m) : bv)); \
+      for (int64_t j = 0; j < m; j++) out[i + j] = t[j];                  \
+    }                                                                     \
+  } while (0)
+
+#define VEC_CMP_MAP(T, S, C)                                              \
+  do {                                                                    \
+    if (sa && sb) VEC_ROWS(g, VEC_CMP_LOOP(T, S, C, VEC_ARG_VEC, VEC_ARG_VEC));        \
+    else if (sa) VEC_ROWS(g, VEC_CMP_LOOP(T, S, C, VEC_ARG_VEC, VEC_ARG_ONE_b));       \
+    else if (sb) VEC_ROWS(g, VEC_CMP_LOOP(T, S, C, VEC_ARG_ONE_a, VEC_ARG_VEC));       \
+    else VEC_ROWS(g, VEC_CMP_LOOP(T, S, C, VEC_ARG_ONE_a, VEC_ARG_ONE_b));             \
+  } while (0)
+
+#define VEC_COMPARE_SWITCH(T, S)                                          \
+  const int64_t n = g->n;                                                 \
+  if (n <= 0) return;                                                     \
+  switch (dir) {                                                          \
+    case TPU_CMP_EQ: VEC_CMP_MAP(T, S, vf_eq); break;                     \
+    case TPU_CMP_NE: VEC_CMP_MAP(T, S, vf_ne); break;                     \
+    case TPU_CMP_LT: VEC_CMP_MAP(T, S, vf_lt); break;                     \
+    case TPU_CMP_LE: VEC_CMP_MAP(T, S, vf_le); break;                     \
+    case TPU_CMP_GT: VEC_CMP_MAP(T, S, vf_gt); break;                     \
+    default: VEC_CMP_MAP(T, S, vf_ge); break;                             \
+  }
+
+static void compare_f32(tpu_compare_dir_t dir, const float *a, int64_t sa, const float *b,
+                        int64_t sb, uint8_t *out, const tpu_vec_2d_t *g) {
+  VEC_COMPARE_SWITCH(float, f32)
+}
+
+static void compare_bf16(tpu_compare_dir_t dir, const uint16_t *a, int64_t sa,
+                         const uint16_t *b, int64_t sb, uint8_t *out, const tpu_vec_2d_t *g) {
+  VEC_COMPARE_SWITCH(uint16_t, bf16)
+}
+
+/* out[i] = pred[i * sp] ? t[i * st] : f[i * sf] on 32-bit elements (pred bytes: non-zero
+ * is true). */
+#define VEC_SEL_LOOP(T, F)                                                \
+  do {                                                                    \
+    int64_t i = 0;                                                        \
+    for (; i + VEC_W <= n; i += VEC_W) vi_store_u32(out + i, vi_sel(sp ? vm_load_u8(pred + i) : pm, T(i), F(i))); \
+    if (i < n) {                                                          \
+      int64_t m = n - i;                                                  \
+      uint8_t tp[VEC_W] = {0};                                            \
+      uint32_t tt[VEC_W] = {0}, tf[VEC_W] = {0}, to[VEC_W];               \
+      for (int64_t j = 0; j < m; j++) {                                   \
+        tp[j] = pred[(i + j) * sp];                                       \
+        tt[j] = t[(i + j) * st];                                          \
+        tf[j] = f[(i + j) * sf];                                          \
+      }                                                                   \
+      vi_store_u32(to, vi_sel(vm_load_u8(tp), vi_load_u32(tt), vi_load_u32(tf))); \
+      for (int64_t j = 0; j < m; j++) out[i + j] = to[j];                 \
+    }                                                                     \
+  } while (0)
+
+#define VEC_SEL_T(i) vi_load_u32(t + (i))
+#define VEC_SEL_F(i) vi_load_u32(f + (i))
+#define VEC_SEL_T1(i) tv
+#define VEC_SEL_F1(i) fv
+
+static void select_u32(const uint8_t *pred, int64_t sp, const uint32_t *t, int64_t st,
+                       const uint32_t *f, int64_t sf, uint32_t *out, const tpu_vec_2d_t *g) {
+  const int64_t n = g->n;
+  if (n <= 0) return;
+  for (int64_t r = 0; r < g->rows; r++) {
+    if (r) {
+      out += g->ld[0];
+      pred += g->ld[1];
+      t += g->ld[2];
+      f += g->ld[3];
+    }
+    vi tv = vi_set((int32_t)t[0]), fv = vi_set((int32_t)f[0]);
+    uint8_t p0[VEC_W];
+    memset(p0, pred[0], sizeof p0);
+    vm pm = vm_load_u8(p0); /* the row's one pred when sp is 0 */
+    (void)tv;
+    (void)fv;
+    (void)pm;
+    if (st && sf) VEC_SEL_LOOP(VEC_SEL_T, VEC_SEL_F);
+    else if (st) VEC_SEL_LOOP(VEC_SEL_T, VEC_SEL_F1);
+    else if (sf) VEC_SEL_LOOP(VEC_SEL_T1, VEC_SEL_F);
+    else VEC_SEL_LOOP(VEC_SEL_T1, VEC_SEL_F1);
+  }
 }
 
 /* ---- table entries: regular, and streaming (output head up to a vector boundary with
@@ -440,6 +580,11 @@ const tpu_vec_ops_t *VEC_TABLE(void) {
       .f32_to_bf16_stream = f32_to_bf16_stream,
       .stream_fence = vec_sfence,
       .philox = philox,
+      .binary_f32_2d = binary_f32_2d,
+      .binary_bf16_2d = binary_bf16_2d,
+      .compare_f32 = compare_f32,
+      .compare_bf16 = compare_bf16,
+      .select_u32 = select_u32,
   };
   return &ops;
 }

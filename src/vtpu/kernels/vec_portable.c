@@ -32,6 +32,12 @@ static inline vf vf_fma(vf a, vf b, vf c) { return a * b + c; }
 static inline vf vf_fnma(vf a, vf b, vf c) { return c - a * b; }
 static inline vm vf_lt(vf a, vf b) { return a < b; }
 static inline vm vf_eq(vf a, vf b) { return a == b; }
+static inline vm vf_ne(vf a, vf b) { return a != b; }
+static inline vm vf_le(vf a, vf b) { return a <= b; }
+static inline vm vf_gt(vf a, vf b) { return a > b; }
+static inline vm vf_ge(vf a, vf b) { return a >= b; }
+static inline void vm_store_u8(uint8_t *p, vm m) { *p = m; }
+static inline vm vm_load_u8(const uint8_t *p) { return *p != 0; }
 static inline vm vf_unord(vf a, vf b) { return a != a || b != b; }
 static inline vf vf_sel(vm m, vf a, vf b) { return m ? a : b; }
 static inline vi vi_sel(vm m, vi a, vi b) { return m ? a : b; }
@@ -48,6 +54,11 @@ static inline vi vf_as_vi(vf a) { return (int32_t)bits_of(a); }
 static inline vf vi_as_vf(vi a) { return float_of((uint32_t)a); }
 static inline vf vi_to_vf(vi a) { return (float)a; }
 static inline vi vi_load_u16(const uint16_t *p) { return *p; }
+/* one lane: there are no partial vectors (m is always 0), so these are never reached */
+static inline vf vf_load_n(const float *p, int64_t m) { return m ? *p : 0.0f; }
+static inline void vf_store_n(float *p, vf v, int64_t m) { if (m) *p = v; }
+static inline vi vi_load_u16_n(const uint16_t *p, int64_t m) { return m ? *p : 0; }
+static inline void vi_store_u16_n(uint16_t *p, vi v, int64_t m) { if (m) *p = (uint16_t)v; }
 static inline void vi_store_u16(uint16_t *p, vi v) { *p = (uint16_t)v; }
 #define VEC_CAN_STREAM 0 /* no non-temporal stores: streaming entries store normally */
 static inline void vf_stream(float *p, vf v) { *p = v; }

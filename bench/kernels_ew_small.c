@@ -1,0 +1,198 @@
+/* kernels_ew_small.c: times the elementwise and data-movement kernels on the small tensors
+ * of a GPT training step (16K-49K elements, warm cache, one thread, pool NULL), where the
+ * cost per row and per call matters more than bandwidth. Prints us per call (best of
+ * ROUNDS rounds of CALLS calls each) and, when .venv/bin/python has torch, PyTorch CPU's
+ * time for the same op with out= (one thread, same shapes and layouts) and the ratio
+ * ours / PyTorch (below 1: we are faster; PyTorch's time includes its eager dispatch).
+ *
+ * Build and run from the repo root (after `make lib`):
+ *   cc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -Isrc bench/kernels_ew_small.c \
+ *      build/release/libtpu.a -pthread -lm -o build/kernels_ew_small && build/kernels_ew_small
+ * TORCHTPU_ISA=portable|avx2|avx512 picks the SIMD code.
+ *
+ * Rows (f32 unless noted; x is (8,4,32,32) = 32768 elements, q is the (8,4,32,16) query
+ * view of a qkv split after the head transpose, strides (6144,16,192,1)):
+ *   add dense            x + y, the yardstick the others are held to (about 2x of it)
+ *   eq scalar / eq dense x == broadcast scalar (rank 4, all strides 0) / x == y -> bool
+ *   where bcast pred     where(pred broadcast along the last dim, scalar, y)
+ *   mul q * scalar       q * broadcast scalar -> dense (16384 elements)
+ *   copy q               q -> dense (16384 elements)
+ *   copy dense / fill    49152 elements
+ *   all last dim (bool)  AND over the last dim (32) -> (8,4,32); amax last dim the same for MAX
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tpu/kernels.h"
+
+#define ROUNDS 20
+#define CALLS 100
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static tpu_buf_t buf(void *data, tpu_dtype_t dt, int rank, const int64_t *dims,
+                     const int64_t *strides) {
+  tpu_buf_t b;
+  memset(&b, 0, sizeof b);
+  b.data = data;
+  b.dtype = dt;
+  b.rank = rank;
+  for (int d = 0; d < rank; d++) {
+    b.dims[d] = dims[d];
+    b.strides[d] = strides[d];
+  }
+  return b;
+}
+
+enum { ADD, EQ_SCALAR, EQ_DENSE, WHERE, MUL_Q, COPY_Q, COPY_DENSE, FILL, ALL_LAST, AMAX_LAST, NROWS };
+static const char *const kNames[NROWS] = {
+    "add dense 32768",   "eq scalar 32768", "eq dense 32768",     "where bcast pred 32768",
+    "mul q * scalar 16384", "copy q 16384", "copy dense 49152",   "fill 49152",
+    "all last dim (bool)", "amax last dim"};
+
+typedef struct mem {
+  float *x, *y, *o, *qkv, *qo, *f1, *f2, *rf, scalar;
+  uint8_t *b, *pred, *rb;
+} mem_t;
+
+static tpu_status_t run(int row, const mem_t *m) {
+  static const int64_t d4[4] = {8, 4, 32, 32}, s4[4] = {4096, 1024, 32, 1}, z4[4] = {0, 0, 0, 0};
+  static const int64_t ps[4] = {128, 32, 1, 0}, qd[4] = {8, 4, 32, 16};
+  static const int64_t qs[4] = {6144, 16, 192, 1}, qos[4] = {2048, 512, 16, 1};
+  static const int64_t d1[1] = {49152}, s1[1] = {1}, d3[3] = {8, 4, 32}, s3[3] = {128, 32, 1};
+  static const bool last[4] = {false, false, false, true};
+  tpu_buf_t x = buf(m->x, TPU_F32, 4, d4, s4), y = buf(m->y, TPU_F32, 4, d4, s4);
+  tpu_buf_t o = buf(m->o, TPU_F32, 4, d4, s4), b = buf(m->b, TPU_BOOL, 4, d4, s4);
+  tpu_buf_t sc = buf((void *)&m->scalar, TPU_F32, 4, d4, z4);
+  tpu_buf_t pred = buf(m->pred, TPU_BOOL, 4, d4, ps);
+  tpu_buf_t q = buf(m->qkv, TPU_F32, 4, qd, qs), qo = buf(m->qo, TPU_F32, 4, qd, qos);
+  tpu_buf_t qsc = buf((void *)&m->scalar, TPU_F32, 4, qd, z4);
+  tpu_buf_t f1 = buf(m->f1, TPU_F32, 1, d1, s1), f2 = buf(m->f2, TPU_F32, 1, d1, s1);
+  tpu_buf_t rb = buf(m->rb, TPU_BOOL, 3, d3, s3), rf = buf(m->rf, TPU_F32, 3, d3, s3);
+  switch (row) {
+    case ADD: return tpu_kernel_binary(TPU_OP_ADD, &x, &y, &o, NULL);
+    case EQ_SCALAR: return tpu_kernel_compare(TPU_CMP_EQ, &x, &sc, &b, NULL);
+    case EQ_DENSE: return tpu_kernel_compare(TPU_CMP_EQ, &x, &y, &b, NULL);
+    case WHERE: return tpu_kernel_select(&pred, &sc, &y, &o, NULL);
+    case MUL_Q: return tpu_kernel_binary(TPU_OP_MUL, &q, &qsc, &qo, NULL);
+    case COPY_Q: return tpu_kernel_copy(&q, &qo, NULL);
+    case COPY_DENSE: return tpu_kernel_copy(&f1, &f2, NULL);
+    case FILL: return tpu_kernel_fill(&f2, 0.0, 0, NULL);
+    case ALL_LAST: return tpu_kernel_reduce(TPU_REDUCE_AND, &b, last, &rb, NULL);
+    default: return tpu_kernel_reduce(TPU_REDUCE_MAX, &x, last, &rf, NULL);
+  }
+}
+
+/* PyTorch's us per call per row, one thread, from one python process. */
+static const char *kTorchScript =
+    "import torch,time\n"
+    "torch.set_num_threads(1)\n"
+    "x=torch.randn(8,4,32,32);y=torch.randn(8,4,32,32);o=torch.empty(8,4,32,32)\n"
+    "b=torch.empty(8,4,32,32,dtype=torch.bool);s=torch.zeros(()).expand(8,4,32,32)\n"
+    "p=(torch.rand(8,4,32,1)>0.5).expand(8,4,32,32)\n"
+    "qkv=torch.randn(49152);q=qkv.as_strided((8,4,32,16),(6144,16,192,1));qo=torch.empty(8,4,32,16)\n"
+    "qs=torch.zeros(()).expand(8,4,32,16)\n"
+    "f1=torch.randn(49152);f2=torch.empty(49152)\n"
+    "rb=torch.empty(8,4,32,dtype=torch.bool);rf=torch.empty(8,4,32);bb=x>0\n"
+    "rows=[lambda:torch.add(x,y,out=o),lambda:torch.eq(x,s,out=b),lambda:torch.eq(x,y,out=b),\n"
+    " lambda:torch.where(p,s,y,out=o),lambda:torch.mul(q,qs,out=qo),lambda:qo.copy_(q),\n"
+    " lambda:f2.copy_(f1),lambda:f2.fill_(0.0),lambda:torch.all(bb,3,out=rb),\n"
+    " lambda:torch.amax(x,3,out=rf)]\n"
+    "for f in rows:\n"
+    "  f();best=1e9\n"
+    "  for _ in range(20):\n"
+    "    t=time.perf_counter()\n"
+    "    for _ in range(100): f()\n"
+    "    best=min(best,(time.perf_counter()-t)/100)\n"
+    "  print(best*1e6)\n";
+
+static int torch_us(double out[NROWS]) {
+  if (access(".venv/bin/python", X_OK) != 0) return 0;
+  FILE *f = fopen("build/kernels_ew_small_torch.py", "w");
+  if (!f) return 0;
+  fputs(kTorchScript, f);
+  fclose(f);
+  FILE *p = popen("TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python "
+                  "build/kernels_ew_small_torch.py 2>/dev/null", "r");
+  if (!p) return 0;
+  int got = 0;
+  for (int r = 0; r < NROWS; r++) got += fscanf(p, "%lf", &out[r]) == 1;
+  pclose(p);
+  return got == NROWS;
+}
+
+int main(void) {
+  mem_t m;
+  m.x = calloc(32768, 4);
+  m.y = calloc(32768, 4);
+  m.o = calloc(32768, 4);
+  m.qkv = calloc(49152, 4);
+  m.qo = calloc(16384, 4);
+  m.f1 = calloc(49152, 4);
+  m.f2 = calloc(49152, 4);
+  m.rf = calloc(1024, 4);
+  m.b = calloc(32768, 1);
+  m.pred = calloc(1024, 1);
+  m.rb = calloc(1024, 1);
+  m.scalar = 0.5f;
+  if (!m.x || !m.y || !m.o || !m.qkv || !m.qo || !m.f1 || !m.f2 || !m.rf || !m.b || !m.pred ||
+      !m.rb) {
+    return 1;
+  }
+  srand(1);
+  for (int i = 0; i < 32768; i++) {
+    m.x[i] = (float)(rand() % 8) - 4.0f;
+    m.y[i] = (float)(rand() % 8) - 4.0f;
+    m.b[i] = (uint8_t)(rand() % 64 != 0);
+  }
+  for (int i = 0; i < 1024; i++) m.pred[i] = (uint8_t)(rand() % 2);
+  for (int i = 0; i < 49152; i++) m.qkv[i] = m.f1[i] = (float)(rand() % 100) / 10.0f;
+  double ours[NROWS], torch[NROWS];
+  for (int r = 0; r < NROWS; r++) {
+    ours[r] = 1e30;
+    for (int round = 0; round < ROUNDS; round++) {
+      double t = now_s();
+      for (int c = 0; c < CALLS; c++) {
+        if (run(r, &m) != TPU_OK) {
+          fprintf(stderr, "%s: %s\n", kNames[r], tpu_status_message());
+          return 1;
+        }
+      }
+      t = (now_s() - t) / CALLS;
+      if (t < ours[r]) ours[r] = t;
+    }
+    ours[r] *= 1e6;
+  }
+  int have_torch = torch_us(torch);
+  const tpu_cpu_features_t *f = tpu_cpu_features();
+  printf("small elementwise kernels, one thread, us per call (best of %d x %d); ISA %s\n", ROUNDS,
+         CALLS, f->avx512f ? "avx512" : f->avx2_fma ? "avx2" : "portable");
+  printf("%-24s %8s %8s", "op", "ours", "/ add");
+  if (have_torch) printf(" %8s %7s", "torch", "ratio");
+  printf("\n");
+  for (int r = 0; r < NROWS; r++) {
+    printf("%-24s %8.2f %7.2fx", kNames[r], ours[r], ours[r] / ours[ADD]);
+    if (have_torch) printf(" %8.2f %6.2fx", torch[r], ours[r] / torch[r]);
+    printf("\n");
+  }
+  if (!have_torch) printf("(PyTorch not found at .venv/bin/python: no comparison)\n");
+  free(m.x);
+  free(m.y);
+  free(m.o);
+  free(m.qkv);
+  free(m.qo);
+  free(m.f1);
+  free(m.f2);
+  free(m.rf);
+  free(m.b);
+  free(m.pred);
+  free(m.rb);
+  return 0;
+}
