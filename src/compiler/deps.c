@@ -20,6 +20,8 @@
  * multiply-adds of a dot or convolution). */
 #define SMALL_STEP_ELEMS ((int64_t)1 << 18)
 #define SMALL_STEP_MACS ((int64_t)1 << 23)
+/* Waking a second thread costs about as much as a few small steps. */
+#define MIN_PARALLEL_STEPS 16
 
 typedef struct access {
   int step;
@@ -267,7 +269,7 @@ static tpu_status_t finish(deps_state_t *s, tpu_executable_t *exe) {
     if (fill[i] > longest) longest = fill[i];
     small = small && step_is_small(&exe->steps[i]);
   }
-  exe->parallel = small && n >= 4 && longest < n;
+  exe->parallel = small && n >= MIN_PARALLEL_STEPS && longest < n;
   return TPU_OK;
 }
 

@@ -21,8 +21,9 @@
 
 static tpu_pool_t *g_pool;
 
-#define ROWS 300
-#define COLS 257 /* 77100 elements: more than two TPU_EW_GRAIN chunks */
+#define ROWS 1030
+#define COLS 257 /* 264710 elements: more than two TPU_EW_GRAIN chunks, and steps too big to run
+                   * beside others (src/compiler/deps.c), so the kernels split over the pool */
 
 static tpu_value_t bcast(tpu_graph_t *g, tpu_value_t x, tpu_shape_t s, const int64_t *dims) {
   return tpu_graph_broadcast_in_dim(g, x, &s, dims);

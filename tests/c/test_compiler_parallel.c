@@ -43,13 +43,13 @@ static tpu_value_t softmax_rows(tpu_graph_t *g, tpu_value_t x, tpu_shape_t s) {
   return tpu_graph_binary(g, TPU_OP_DIV, e, sb);
 }
 
-/* Four independent matmul branches, each through a softmax, summed pairwise. */
+/* Eight independent matmul branches, each through a softmax, summed in a chain. */
 static tpu_graph_t *branches_graph(void) {
   tpu_graph_t *g = ir_graph();
   tpu_shape_t s = SHAPE(48, 40);
   tpu_value_t w = ir_param(g, TPU_F32, SHAPE(40, 40));
   tpu_value_t acc = TPU_NO_VALUE;
-  for (int b = 0; b < 4; b++) {
+  for (int b = 0; b < 8; b++) {
     tpu_value_t x = ir_param(g, TPU_F32, s);
     tpu_value_t y = softmax_rows(g, matmul(g, x, w), s);
     acc = acc == TPU_NO_VALUE ? y : tpu_graph_binary(g, TPU_OP_ADD, acc, y);
@@ -73,16 +73,17 @@ static tpu_graph_t *reuse_graph(void) {
   return g;
 }
 
-/* SGD-like in-place updates of three parameters (outputs 0..2 overlay params 0..2) and a
- * loss-like output; with |may_alias|, the loss may share memory with the inputs. */
+/* SGD-like in-place updates of NP parameters (outputs 0..NP-1 overlay params 0..NP-1) and
+ * a loss-like output; with |may_alias|, the loss may share memory with the inputs. */
+#define NP 8
 static tpu_graph_t *update_graph(void) {
   tpu_graph_t *g = ir_graph();
   tpu_shape_t s = SHAPE(40, 40);
-  tpu_value_t p[3], grad[3];
-  for (int i = 0; i < 3; i++) p[i] = ir_param(g, TPU_F32, s);
-  for (int i = 0; i < 3; i++) grad[i] = matmul(g, p[i], p[(i + 1) % 3]);
+  tpu_value_t p[NP], grad[NP];
+  for (int i = 0; i < NP; i++) p[i] = ir_param(g, TPU_F32, s);
+  for (int i = 0; i < NP; i++) grad[i] = matmul(g, p[i], p[(i + 1) % NP]);
   tpu_value_t lr = tpu_graph_constant(g, TPU_F32, &s, 0.01);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NP; i++) {
     tpu_value_t step = tpu_graph_binary(g, TPU_OP_MUL, lr, grad[i]);
     CHECK_OK(tpu_graph_output(g, tpu_graph_binary(g, TPU_OP_SUB, p[i], step), NULL));
   }
@@ -240,7 +241,8 @@ TEST(independent_branches_run_in_parallel) {
     CHECK(exe->parallel);
     int roots = 0;
     for (int i = 0; i < exe->num_steps; i++) roots += exe->deps.num_preds[i] == 0;
-    CHECK(roots >= 4); /* the four matmuls wait for nothing */
+    /* matmuls wait for nothing, except for the readers of scratch memory they reuse */
+    CHECK(roots >= 4);
     CHECK(deps_cover_conflicts(exe, NULL, 0, 0));
     CHECK(parallel_vs_sequential(g, exe, NULL, 0, 200) == 0);
   }
@@ -265,19 +267,21 @@ TEST(reused_scratch_orders_writes_after_reads) {
 
 TEST(in_place_updates_and_may_alias_outputs_are_ordered) {
   tpu_graph_t *g = update_graph();
-  const int32_t alias[4] = {0, 1, 2, TPU_OUTPUT_ALIAS_NONE};
+  int32_t alias[NP + 1];
+  for (int i = 0; i < NP; i++) alias[i] = i;
+  alias[NP] = TPU_OUTPUT_ALIAS_NONE;
   for (int unfused = 0; unfused < 2; unfused++) {
-    tpu_executable_t *exe = compile_with(g, alias, 4, 0, unfused ? TPU_PASS_ALL : 0);
+    tpu_executable_t *exe = compile_with(g, alias, NP + 1, 0, unfused ? TPU_PASS_ALL : 0);
     if (exe) {
       CHECK(exe->parallel);
-      CHECK(deps_cover_conflicts(exe, alias, 4, 0));
-      CHECK(parallel_vs_sequential(g, exe, alias, 4, 100) == 0);
+      CHECK(deps_cover_conflicts(exe, alias, NP + 1, 0));
+      CHECK(parallel_vs_sequential(g, exe, alias, NP + 1, 100) == 0);
     }
     tpu_executable_release(exe);
     /* the loss may share memory with the inputs: its write waits for every input read */
-    exe = compile_with(g, NULL, 0, 1u << 3, unfused ? TPU_PASS_ALL : 0);
+    exe = compile_with(g, NULL, 0, 1u << NP, unfused ? TPU_PASS_ALL : 0);
     if (exe) {
-      CHECK(deps_cover_conflicts(exe, NULL, 0, 1u << 3));
+      CHECK(deps_cover_conflicts(exe, NULL, 0, 1u << NP));
       CHECK(parallel_vs_sequential(g, exe, NULL, 0, 100) == 0);
     }
     tpu_executable_release(exe);
@@ -287,31 +291,37 @@ TEST(in_place_updates_and_may_alias_outputs_are_ordered) {
 
 TEST(overlapping_outputs_run_in_order) {
   /* two outputs given one buffer: the run falls back to step order (last write wins) */
+  enum { NOUT = 16 };
   tpu_graph_t *g = ir_graph();
   tpu_shape_t s = SHAPE(40, 40);
   tpu_value_t a = ir_param(g, TPU_F32, s), b = ir_param(g, TPU_F32, s);
-  CHECK_OK(tpu_graph_output(g, matmul(g, a, a), NULL));
-  CHECK_OK(tpu_graph_output(g, matmul(g, b, b), NULL));
-  CHECK_OK(tpu_graph_output(g, matmul(g, a, b), NULL));
-  CHECK_OK(tpu_graph_output(g, matmul(g, b, a), NULL));
+  tpu_value_t ab = matmul(g, a, b);
+  for (int o = 0; o < NOUT; o++) { /* independent steps, each writing its output directly */
+    tpu_value_t k = tpu_graph_constant(g, TPU_F32, &s, 1.0 + o);
+    CHECK_OK(tpu_graph_output(g, tpu_graph_unary(g, TPU_OP_TANH, tpu_graph_binary(g, TPU_OP_MUL, ab, k)), NULL));
+  }
   tpu_executable_t *exe = compile_with(g, NULL, 0, 0, 0);
   if (exe) {
     CHECK(exe->parallel);
     cu_run_t r;
     cu_execute(g, exe, 3, NULL, &r);
-    void *outs[4] = {r.out[0], r.out[1], r.out[2], r.out[2]};
+    void *outs[NOUT];
+    for (int o = 0; o < NOUT; o++) outs[o] = r.out[o];
+    CHECK(tpu_deps_outputs_disjoint(exe, outs));
+    outs[NOUT - 1] = r.out[NOUT - 2];
     CHECK(!tpu_deps_outputs_disjoint(exe, outs));
-    void *dist[4] = {r.out[0], r.out[1], r.out[2], r.out[3]};
-    CHECK(tpu_deps_outputs_disjoint(exe, dist));
-    float *want = malloc(r.out_bytes[3]);
-    if (want) {
-      memcpy(want, r.out[3], r.out_bytes[3]);
+    float *want = malloc(r.out_bytes[NOUT - 1]);
+    size_t sb = tpu_executable_scratch_bytes(exe);
+    void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+    if (want && (scratch || !sb)) {
+      memcpy(want, r.out[NOUT - 1], r.out_bytes[NOUT - 1]);
       for (int rep = 0; rep < 50; rep++) {
-        CHECK_OK(tpu_executable_run(exe, r.in, outs, NULL, g_pool));
-        CHECK(memcmp(r.out[2], want, r.out_bytes[3]) == 0);
+        CHECK_OK(tpu_executable_run(exe, r.in, outs, scratch, g_pool));
+        CHECK(memcmp(r.out[NOUT - 2], want, r.out_bytes[NOUT - 1]) == 0);
       }
     }
     free(want);
+    free(scratch);
     cu_free(&r);
   }
   tpu_executable_release(exe);
@@ -335,7 +345,11 @@ TEST(an_error_in_one_branch_names_its_op_and_the_pool_still_works) {
   ga.slice_sizes[1] = 16;
   ga.check_bounds = true;
   tpu_value_t w = ir_param(g, TPU_F32, SHAPE(16, 16));
-  for (int i = 0; i < 3; i++) CHECK_OK(tpu_graph_output(g, matmul(g, x, w), NULL));
+  for (int i = 0; i < 12; i++) { /* distinct branches (no common subexpressions) */
+    tpu_shape_t xs = SHAPE(8, 16);
+    tpu_value_t xi = tpu_graph_binary(g, TPU_OP_MUL, x, tpu_graph_constant(g, TPU_F32, &xs, 1.0 + i));
+    CHECK_OK(tpu_graph_output(g, matmul(g, tpu_graph_unary(g, TPU_OP_TANH, xi), w), NULL));
+  }
   CHECK_OK(tpu_graph_output(g, tpu_graph_gather(g, x, idx, &ga), NULL));
   CHECK_OK(tpu_graph_output(g, matmul(g, matmul(g, x, w), w), NULL));
   tpu_executable_t *exe = compile_with(g, NULL, 0, 0, 0);

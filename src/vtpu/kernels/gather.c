@@ -243,7 +243,7 @@ tpu_status_t tpu_kernel_gather(const tpu_gather_attrs_t *attrs, const tpu_buf_t 
   g.err_b = INT64_MAX;
   pthread_mutex_init(&g.mu, NULL);
   int64_t per = nout / g.nbatch; /* elements per slice */
-  int64_t grain = per >= 4096 ? 1 : 4096 / (per ? per : 1);
+  int64_t grain = per >= 32768 ? 1 : 32768 / (per ? per : 1); /* elements per chunk, about */
   tpu_pool_parallel_for(pool, g.nbatch, grain, gather_task, &g);
   pthread_mutex_destroy(&g.mu);
   if (g.err_b != INT64_MAX) {

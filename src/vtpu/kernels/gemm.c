@@ -239,7 +239,7 @@ static const tpu_gemm_kernel_t *pick_kernel(tpu_mxu_mode_t mode) {
 /* ---- the blocked driver ------------------------------------------------------------------- */
 
 static const size_t kGroupBytes = (size_t)16 << 20;  /* packed A + B per batch group */
-static const int64_t kSerialWork = (int64_t)1 << 17; /* multiply-adds below which: 1 thread */
+static const int64_t kSerialWork = (int64_t)1 << 24; /* multiply-adds below which: 1 thread */
 static const int64_t kPackChunk = 64;                /* k per packing item (even) */
 
 typedef struct gemm_ctx {

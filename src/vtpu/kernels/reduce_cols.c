@@ -19,6 +19,8 @@
 #include "vtpu/kernels/reduce_internal.h"
 
 #define RB TPU_RED_COL_RB
+/* Below this many input elements a reduction runs on one thread (a pool job costs more). */
+#define SPLIT_MIN_ELEMS ((int64_t)1 << 17)
 
 bool tpu_reduce_cols_applies(const tpu_reduce_plan_t *p) {
   if (p->cls != TPU_RCLS_F32 || (unsigned)p->kind > TPU_REDUCE_MIN) return false;
@@ -185,7 +187,8 @@ tpu_status_t tpu_reduce_cols(const tpu_reduce_plan_t *p) {
   jb.group = jb.nrb;
   jb.ngroups = 1;
   int64_t threads = p->num_threads;
-  if (threads > 1 && jb.units < 2 * threads && jb.nrb > 1) {
+  /* few outputs: split the reduced rows into groups, if there is enough work to share */
+  if (threads > 1 && jb.units < 2 * threads && jb.nrb > 1 && jb.r * p->m >= SPLIT_MIN_ELEMS) {
     int64_t want = (4 * threads + jb.units - 1) / jb.units; /* groups per unit */
     if (want > 64) want = 64;
     jb.group = 1;
