@@ -58,10 +58,14 @@ MODES = {  # name: (device, eager mode, compiled)
 }
 
 
+BLOCK = 20  # steps per back-to-back timing
+
+
 def step_times(rounds=60):
-    """Median wall time of a synchronized GPT step per mode. The tpu modes take turns step
-    by step, so a change in the machine's load hits them all alike. Also per mode: the step's
-    modelled time on a v5e (the cost model) and the executables launched per step."""
+    """Median wall time of a GPT step per mode, synchronized after each step and back to back
+    (BLOCK steps, one sync). The tpu modes take turns, so a change in the machine's load hits
+    them all alike. Also per mode: the step's modelled time on a v5e (the cost model) and the
+    executables launched per step."""
     steps, modelled, launches = {}, {}, {}
     for name, (device, mode, compiled) in MODES.items():
         step = in_mode(mode, lambda: gpt_step(device, compile=compiled))
@@ -87,13 +91,30 @@ def step_times(rounds=60):
                 step()
                 sync()
                 times[name].append(time.perf_counter() - t0)
+    # back to back: blocks of steps with one sync at the end (a loop that does not read the
+    # loss every step), blocks taking turns across the tpu modes
+    blocks = {name: [] for name in steps}
+    for group in (["PyTorch CPU eager"], [n for n in steps if n != "PyTorch CPU eager"]):
+        for _ in range(7):
+            for name in group:
+                mode, step, sync = steps[name]
+                torchtpu.set_eager_mode(mode)
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(BLOCK):
+                    step()
+                sync()
+                blocks[name].append((time.perf_counter() - t0) / BLOCK)
     torchtpu.set_eager_mode("strict")
     t = {name: sorted(v)[len(v) // 2] for name, v in times.items()}
+    tb = {name: sorted(v)[len(v) // 2] for name, v in blocks.items()}
     strict, cpu = t["tpu strict eager"], t["PyTorch CPU eager"]
     m_strict = modelled["tpu strict eager"]
     rows = []
     for name in steps:
-        row = [name, f"{t[name] * 1e3:.2f}", f"{strict / t[name]:.2f}x", f"{cpu / t[name]:.2f}x"]
+        row = [name, f"{t[name] * 1e3:.2f}", f"{strict / t[name]:.2f}x", f"{cpu / t[name]:.2f}x",
+               f"{tb[name] * 1e3:.2f}", f"{tb['tpu strict eager'] / tb[name]:.2f}x",
+               f"{tb['PyTorch CPU eager'] / tb[name]:.2f}x"]
         if name in modelled:
             row += [f"{modelled[name] * 1e6:.0f}", f"{m_strict / modelled[name]:.2f}x",
                     f"{launches[name]:.0f}"]
@@ -101,10 +122,12 @@ def step_times(rounds=60):
             row += ["", "", ""]
         rows.append(row)
     table("GPT training step (ms; ratios > 1 mean the mode is faster)",
-          ["mode", "host ms", "vs strict", "vs CPU eager", "modelled v5e µs",
-           "modelled vs strict", "launches"], rows)
+          ["mode", "host ms, synced", "vs strict", "vs CPU eager", f"host ms, {BLOCK} back to back",
+           "vs strict", "vs CPU eager", "modelled v5e µs", "modelled vs strict", "launches"], rows)
     fused, compiled = t["tpu fused eager"], t["tpu compiled"]
-    print(f"\nfused vs compiled: {fused / compiled:.2f}x on the host (target within 1.2x), "
+    fb, cb = tb["tpu fused eager"], tb["tpu compiled"]
+    print(f"\nfused vs compiled: {fused / compiled:.2f}x on the host synced, {fb / cb:.2f}x back "
+          f"to back (target within 1.2x), "
           f"{modelled['tpu fused eager'] / modelled['tpu compiled']:.2f}x modelled")
 
 

@@ -13,9 +13,10 @@
  *   - with fusion on, nodes no step reads (constants a program holds) get no step.
  * Outputs that are parameters, views, repeated, or may alias inputs get a final COPY step,
  * except an output that exactly overlays a parameter (an in-place update; alias.h): it is
- * written directly once no later step reads the parameter's memory. Steps run in node
- * order and the memory planner only places scratch buffers, so no read of the old value
- * moves after that write.
+ * written directly once no later step reads the parameter's memory. Steps are listed in
+ * node order and the memory planner only places scratch buffers, so no read of the old value
+ * moves after that write; a parallel run (deps.h) keeps every such order between steps that
+ * share memory.
  * Scratch offsets are then assigned by the memory planning pass (plan_memory.h).
  */
 #include <stdarg.h>
