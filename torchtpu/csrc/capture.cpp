@@ -64,21 +64,22 @@ std::unordered_map<int64_t, std::vector<std::unique_ptr<Plan>>> g_plans;  // nev
 // dtype, sizes, strides of each input, and which earlier input shares its storage.
 std::vector<int64_t> signature_of(const std::vector<at::Tensor> &inputs) {
   std::vector<int64_t> s;
+  s.reserve(inputs.size() * 8);
+  std::unordered_map<const void *, size_t> first_of;  // storage data -> first input using it
   for (size_t i = 0; i < inputs.size(); i++) {
     const at::Tensor &t = inputs[i];
     s.push_back(static_cast<int64_t>(t.scalar_type()));
     s.push_back(t.dim());
     for (int64_t d : t.sizes()) s.push_back(d);
     for (int64_t d : t.strides()) s.push_back(d);
-    int64_t same = -1;
-    for (size_t j = 0; j < i && same < 0; j++) {
-      if (inputs[j].storage().is_alias_of(t.storage())) {
-        same = static_cast<int64_t>(j);
-        s.push_back(same);
-        s.push_back(t.storage_offset() - inputs[j].storage_offset());
-      }
+    const void *data = t.storage().data();
+    auto [it, fresh] = first_of.emplace(data, i);
+    if (fresh || !data) {
+      s.push_back(-1);
+      continue;
     }
-    if (same < 0) s.push_back(-1);
+    s.push_back(static_cast<int64_t>(it->second));
+    s.push_back(t.storage_offset() - inputs[it->second].storage_offset());
   }
   return s;
 }
