@@ -24,6 +24,21 @@ static inline tpu_executable_t *cu_compile(const tpu_graph_t *g, uint32_t disabl
   return exe;
 }
 
+/* Compiles |g| with exact output aliases (|alias|, |n| entries, may be NULL), may-alias bits
+ * and the passes in |disable| turned off; NULL (and a failed check) on error. */
+static inline tpu_executable_t *cu_compile_aliased(const tpu_graph_t *g, const int32_t *alias,
+                                                   int n, uint64_t may_alias, uint32_t disable) {
+  tpu_compile_options_t opt;
+  memset(&opt, 0, sizeof opt);
+  opt.output_alias_param = alias;
+  opt.num_output_alias = n;
+  opt.output_may_alias_input = may_alias;
+  opt.disable_passes = disable;
+  tpu_executable_t *exe = NULL;
+  CHECK_OK(tpu_compile(g, &opt, tpu_allocator_system(), &exe));
+  return exe;
+}
+
 /* Bytes of a dense |dtype| buffer of |shape|. */
 static inline size_t cu_bytes(tpu_dtype_t dtype, const tpu_shape_t *shape) {
   int64_t n = 1;

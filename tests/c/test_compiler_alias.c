@@ -45,19 +45,6 @@ static tpu_value_t bin(tpu_graph_t *g, tpu_op_t op, tpu_value_t a, tpu_value_t b
   return tpu_graph_binary(g, op, a, b);
 }
 
-static tpu_executable_t *compile_alias(const tpu_graph_t *g, const int32_t *alias, int n,
-                                       uint64_t may_alias, uint32_t disable) {
-  tpu_compile_options_t opt;
-  memset(&opt, 0, sizeof opt);
-  opt.output_alias_param = alias;
-  opt.num_output_alias = n;
-  opt.output_may_alias_input = may_alias;
-  opt.disable_passes = disable;
-  tpu_executable_t *exe = NULL;
-  CHECK_OK(tpu_compile(g, &opt, tpu_allocator_system(), &exe));
-  return exe;
-}
-
 /* Steps of |exe| that are copies into outputs. */
 static int num_copies(const tpu_executable_t *exe) {
   char *text = NULL;
@@ -127,9 +114,9 @@ static tpu_graph_t *sgd(void) {
 TEST(sgd_update_is_one_kernel_without_copy) {
   tpu_graph_t *g = sgd();
   const int32_t alias[1] = {0};
-  tpu_executable_t *coarse = compile_alias(g, NULL, 0, 1, 0);
-  tpu_executable_t *exact = compile_alias(g, alias, 1, 1 /* ignored */, 0);
-  tpu_executable_t *unfused = compile_alias(g, alias, 1, 0, TPU_PASS_ALL);
+  tpu_executable_t *coarse = cu_compile_aliased(g, NULL, 0, 1, 0);
+  tpu_executable_t *exact = cu_compile_aliased(g, alias, 1, 1 /* ignored */, 0);
+  tpu_executable_t *unfused = cu_compile_aliased(g, alias, 1, 0, TPU_PASS_ALL);
   if (coarse && exact && unfused) {
     CHECK(tpu_executable_num_kernels(coarse) == 2); /* fused chain into scratch, COPY */
     CHECK(num_copies(coarse) == 1);
@@ -162,7 +149,7 @@ TEST(later_reader_of_the_old_value_keeps_the_copy) {
     if (!order) sum = tpu_graph_reduce(g, TPU_REDUCE_SUM, p, all);
     CHECK_OK(tpu_graph_output(g, upd, NULL));
     CHECK_OK(tpu_graph_output(g, sum, NULL));
-    tpu_executable_t *exe = compile_alias(g, alias, 2, 0, 0);
+    tpu_executable_t *exe = cu_compile_aliased(g, alias, 2, 0, 0);
     if (exe) CHECK(num_copies(exe) == (order ? 0 : 1));
     CHECK(in_place_vs_reference(g, exe, alias) == 0);
     tpu_executable_release(exe);
@@ -173,7 +160,7 @@ TEST(later_reader_of_the_old_value_keeps_the_copy) {
   tpu_value_t p = ir_param(g, TPU_F32, s), gr = ir_param(g, TPU_F32, s);
   CHECK_OK(tpu_graph_output(g, bin(g, TPU_OP_ADD, p, gr), NULL));
   CHECK_OK(tpu_graph_output(g, p, NULL));
-  tpu_executable_t *exe = compile_alias(g, alias, 2, 0, 0);
+  tpu_executable_t *exe = cu_compile_aliased(g, alias, 2, 0, 0);
   if (exe) CHECK(num_copies(exe) == 2);
   CHECK(in_place_vs_reference(g, exe, alias) == 0);
   tpu_executable_release(exe);
@@ -189,7 +176,7 @@ TEST(swapped_and_transposed_parameters_are_staged) {
     CHECK_OK(tpu_graph_output(g, q, NULL));
     CHECK_OK(tpu_graph_output(g, p, NULL));
     const int32_t alias[2] = {0, 1};
-    tpu_executable_t *exe = compile_alias(g, alias, 2, 0, 0);
+    tpu_executable_t *exe = cu_compile_aliased(g, alias, 2, 0, 0);
     if (exe) CHECK(num_copies(exe) == 4);
     CHECK(in_place_vs_reference(g, exe, alias) == 0);
     tpu_executable_release(exe);
@@ -202,7 +189,7 @@ TEST(swapped_and_transposed_parameters_are_staged) {
     int64_t perm[2] = {1, 0};
     CHECK_OK(tpu_graph_output(g, tpu_graph_transpose(g, p, perm), NULL));
     const int32_t alias[1] = {0};
-    tpu_executable_t *exe = compile_alias(g, alias, 1, 0, 0);
+    tpu_executable_t *exe = cu_compile_aliased(g, alias, 1, 0, 0);
     if (exe) CHECK(num_copies(exe) == 2);
     CHECK(in_place_vs_reference(g, exe, alias) == 0);
     tpu_executable_release(exe);
@@ -221,8 +208,8 @@ TEST(reads_elsewhere_than_the_written_elements_copy) {
     tpu_value_t pt = tpu_graph_transpose(g, p, perm);
     tpu_value_t lr = scalar_param(g, s);
     CHECK_OK(tpu_graph_output(g, bin(g, TPU_OP_SUB, p, bin(g, TPU_OP_MUL, lr, pt)), NULL));
-    tpu_executable_t *exe = compile_alias(g, alias, 1, 0, 0);
-    tpu_executable_t *unfused = compile_alias(g, alias, 1, 0, TPU_PASS_ALL);
+    tpu_executable_t *exe = cu_compile_aliased(g, alias, 1, 0, 0);
+    tpu_executable_t *unfused = cu_compile_aliased(g, alias, 1, 0, TPU_PASS_ALL);
     if (exe && unfused) {
       CHECK(num_copies(exe) == 1);
       /* unfused, the MUL step reads p^T whole before the SUB step writes p in place */
@@ -247,7 +234,7 @@ TEST(reads_elsewhere_than_the_written_elements_copy) {
     da.rhs_contract[0] = 0;
     tpu_value_t y = tpu_graph_dot_general(g, a, w, &da, TPU_F32);
     CHECK_OK(tpu_graph_output(g, bin(g, TPU_OP_ADD, y, p), NULL));
-    tpu_executable_t *exe = compile_alias(g, alias, 1, 0, 0);
+    tpu_executable_t *exe = cu_compile_aliased(g, alias, 1, 0, 0);
     if (exe) {
       CHECK(tpu_executable_num_fused(exe) == 1);
       CHECK(num_copies(exe) == 1);
@@ -266,7 +253,7 @@ TEST(reads_elsewhere_than_the_written_elements_copy) {
     tpu_value_t mean = bin(g, TPU_OP_MUL, tpu_graph_reduce(g, TPU_REDUCE_SUM, x, last),
                            splat(g, 1.0 / COLS, r));
     CHECK_OK(tpu_graph_output(g, bin(g, TPU_OP_SUB, x, bcast(g, mean, s, d0)), NULL));
-    tpu_executable_t *exe = compile_alias(g, alias, 1, 0, 0);
+    tpu_executable_t *exe = cu_compile_aliased(g, alias, 1, 0, 0);
     if (exe) CHECK(num_copies(exe) == 1);
     CHECK(in_place_vs_reference(g, exe, alias) == 0);
     tpu_executable_release(exe);
@@ -300,9 +287,9 @@ static tpu_graph_t *adamw(void) {
 TEST(adamw_updates_three_tensors_in_place) {
   tpu_graph_t *g = adamw();
   const int32_t alias[3] = {0, 1, 2};
-  tpu_executable_t *coarse = compile_alias(g, NULL, 0, 7, 0);
-  tpu_executable_t *exact = compile_alias(g, alias, 3, 0, 0);
-  tpu_executable_t *unfused = compile_alias(g, alias, 3, 0, TPU_PASS_ALL);
+  tpu_executable_t *coarse = cu_compile_aliased(g, NULL, 0, 7, 0);
+  tpu_executable_t *exact = cu_compile_aliased(g, alias, 3, 0, 0);
+  tpu_executable_t *unfused = cu_compile_aliased(g, alias, 3, 0, TPU_PASS_ALL);
   if (coarse && exact && unfused) {
     printf("  AdamW: %d kernels (%d copies) with may-alias bits, %d (%d) with exact aliases\n",
            tpu_executable_num_kernels(coarse), num_copies(coarse),
@@ -328,7 +315,7 @@ TEST(unchanged_parameter_needs_no_step) {
   CHECK_OK(tpu_graph_output(g, p, NULL));
   CHECK_OK(tpu_graph_output(g, bin(g, TPU_OP_ADD, q, q), NULL));
   const int32_t alias[2] = {0, 1};
-  tpu_executable_t *exe = compile_alias(g, alias, 2, 0, 0);
+  tpu_executable_t *exe = cu_compile_aliased(g, alias, 2, 0, 0);
   if (exe) {
     CHECK(tpu_executable_num_kernels(exe) == 1);
     CHECK(num_copies(exe) == 0);
@@ -351,8 +338,8 @@ TEST(many_outputs_say_disjoint_or_overlap) {
   for (int i = 0; i < N; i++) {
     modes[i] = i % 2 ? TPU_OUTPUT_ALIAS_DISJOINT : TPU_OUTPUT_ALIAS_OVERLAP;
   }
-  tpu_executable_t *bits = compile_alias(g, NULL, 0, 0, 0);
-  tpu_executable_t *per = compile_alias(g, modes, N, ~0ull /* ignored */, 0);
+  tpu_executable_t *bits = cu_compile_aliased(g, NULL, 0, 0, 0);
+  tpu_executable_t *per = cu_compile_aliased(g, modes, N, ~0ull /* ignored */, 0);
   if (bits && per) {
     CHECK(num_copies(bits) == N - 64);
     CHECK(num_copies(per) == N / 2);
@@ -385,7 +372,7 @@ TEST(refused_claims_copy) {
     ir_param(g, TPU_F32, SHAPE(COLS, ROWS));
     CHECK_OK(tpu_graph_output(g, bin(g, TPU_OP_ADD, p, p), NULL));
     const int32_t wrong[1] = {1}, beyond[1] = {7};
-    tpu_executable_t *a = compile_alias(g, wrong, 1, 0, 0), *b = compile_alias(g, beyond, 1, 0, 0);
+    tpu_executable_t *a = cu_compile_aliased(g, wrong, 1, 0, 0), *b = cu_compile_aliased(g, beyond, 1, 0, 0);
     if (a && b) {
       CHECK(num_copies(a) == 1);
       CHECK(num_copies(b) == 1);
@@ -401,7 +388,7 @@ TEST(refused_claims_copy) {
     CHECK_OK(tpu_graph_output(g, bin(g, TPU_OP_ADD, p, p), NULL));
     CHECK_OK(tpu_graph_output(g, bin(g, TPU_OP_MUL, p, p), NULL));
     const int32_t twice[2] = {0, 0};
-    tpu_executable_t *exe = compile_alias(g, twice, 2, 0, 0);
+    tpu_executable_t *exe = cu_compile_aliased(g, twice, 2, 0, 0);
     if (exe) CHECK(num_copies(exe) == 2);
     tpu_executable_release(exe);
     tpu_graph_destroy(g);

@@ -91,19 +91,6 @@ static tpu_graph_t *update_graph(void) {
   return g;
 }
 
-static tpu_executable_t *compile_with(const tpu_graph_t *g, const int32_t *alias, int n,
-                                      uint64_t may_alias, uint32_t disable) {
-  tpu_compile_options_t opt;
-  memset(&opt, 0, sizeof opt);
-  opt.output_alias_param = alias;
-  opt.num_output_alias = n;
-  opt.output_may_alias_input = may_alias;
-  opt.disable_passes = disable;
-  tpu_executable_t *exe = NULL;
-  CHECK_OK(tpu_compile(g, &opt, tpu_allocator_system(), &exe));
-  return exe;
-}
-
 /* ---- the oracle ------------------------------------------------------------------------ */
 
 typedef struct touch {
@@ -236,7 +223,7 @@ static int parallel_vs_sequential(const tpu_graph_t *g, const tpu_executable_t *
 
 TEST(independent_branches_run_in_parallel) {
   tpu_graph_t *g = branches_graph();
-  tpu_executable_t *exe = compile_with(g, NULL, 0, 0, 0);
+  tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
   if (exe) {
     CHECK(exe->parallel);
     int roots = 0;
@@ -253,7 +240,7 @@ TEST(independent_branches_run_in_parallel) {
 TEST(reused_scratch_orders_writes_after_reads) {
   tpu_graph_t *g = reuse_graph();
   for (int unfused = 0; unfused < 2; unfused++) {
-    tpu_executable_t *exe = compile_with(g, NULL, 0, 0, unfused ? TPU_PASS_ALL : 0);
+    tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, unfused ? TPU_PASS_ALL : 0);
     if (!exe) continue;
     /* the planner reuses memory: less scratch than the sum of all intermediates */
     CHECK(tpu_executable_scratch_bytes(exe) < tpu_executable_unplanned_bytes(exe));
@@ -271,7 +258,7 @@ TEST(in_place_updates_and_may_alias_outputs_are_ordered) {
   for (int i = 0; i < NP; i++) alias[i] = i;
   alias[NP] = TPU_OUTPUT_ALIAS_NONE;
   for (int unfused = 0; unfused < 2; unfused++) {
-    tpu_executable_t *exe = compile_with(g, alias, NP + 1, 0, unfused ? TPU_PASS_ALL : 0);
+    tpu_executable_t *exe = cu_compile_aliased(g, alias, NP + 1, 0, unfused ? TPU_PASS_ALL : 0);
     if (exe) {
       CHECK(exe->parallel);
       CHECK(deps_cover_conflicts(exe, alias, NP + 1, 0));
@@ -279,7 +266,7 @@ TEST(in_place_updates_and_may_alias_outputs_are_ordered) {
     }
     tpu_executable_release(exe);
     /* the loss may share memory with the inputs: its write waits for every input read */
-    exe = compile_with(g, NULL, 0, 1u << NP, unfused ? TPU_PASS_ALL : 0);
+    exe = cu_compile_aliased(g, NULL, 0, 1u << NP, unfused ? TPU_PASS_ALL : 0);
     if (exe) {
       CHECK(deps_cover_conflicts(exe, NULL, 0, 1u << NP));
       CHECK(parallel_vs_sequential(g, exe, NULL, 0, 100) == 0);
@@ -300,7 +287,7 @@ TEST(overlapping_outputs_run_in_order) {
     tpu_value_t k = tpu_graph_constant(g, TPU_F32, &s, 1.0 + o);
     CHECK_OK(tpu_graph_output(g, tpu_graph_unary(g, TPU_OP_TANH, tpu_graph_binary(g, TPU_OP_MUL, ab, k)), NULL));
   }
-  tpu_executable_t *exe = compile_with(g, NULL, 0, 0, 0);
+  tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
   if (exe) {
     CHECK(exe->parallel);
     cu_run_t r;
@@ -352,7 +339,7 @@ TEST(an_error_in_one_branch_names_its_op_and_the_pool_still_works) {
   }
   CHECK_OK(tpu_graph_output(g, tpu_graph_gather(g, x, idx, &ga), NULL));
   CHECK_OK(tpu_graph_output(g, matmul(g, matmul(g, x, w), w), NULL));
-  tpu_executable_t *exe = compile_with(g, NULL, 0, 0, 0);
+  tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
   if (exe) {
     CHECK(exe->parallel);
     cu_run_t r;
