@@ -380,10 +380,17 @@ static tpu_status_t wait_for(tpu_shm_group_t *g, ready_fn ready, const void *ctx
       return fail(g, TPU_ERR_UNAVAILABLE, "tpu process group: rank %d failed in %s: %s", ab - 1,
                   what, g->hdr->abort_msg);
     }
+    /* |blockers| was read before the liveness checks, so a rank in it may since have done
+     * its part (say, arrived at the last barrier) and exited normally. A dead process writes
+     * nothing more: readiness read again after its death was seen is final, and only a rank
+     * that still blocks then died without doing its part. */
     for (int r = 0; r < g->world; r++) {
       if (!(blockers >> r & 1)) continue;
       int pid = atomic_load(&g->ranks[r].pid);
-      if (!pid_alive(pid))
+      if (pid_alive(pid)) continue;
+      atomic_thread_fence(memory_order_seq_cst);
+      if (ready(g, ctx, &blockers)) return TPU_OK;
+      if (blockers >> r & 1)
         return fail(g, TPU_ERR_UNAVAILABLE,
                     "tpu process group: rank %d (pid %d) exited while rank %d was waiting for it "
                     "in %s", r, pid, g->rank, what);

@@ -1,6 +1,8 @@
 /* test_shm_group.c: collectives between forked processes through tpu_shm_group: results
  * against values computed in the test (with slots small enough to force many rounds),
- * mismatch errors on every rank, a dead rank and a stalled rank named within the timeout. */
+ * mismatch errors on every rank, a rank dead before or during a collective and a stalled rank
+ * named within the timeout. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +186,39 @@ static int dead_rank_body(tpu_shm_group_t *g, int rank) {
   return 0;
 }
 
+typedef struct big_job {
+  tpu_shm_group_t *g;
+  float *x; /* (1 << 20) f32: 16384 rounds of 256-byte slots, 2 barriers each */
+} big_job_t;
+
+static void *big_all_reduce(void *arg) {
+  big_job_t *job = arg;
+  (void)tpu_shm_all_reduce(job->g, job->x, job->x, (size_t)1 << 20, TPU_F32, TPU_RED_SUM);
+  return NULL;
+}
+
+/* Rank 2 dies inside a long all_reduce, after passing some of its barriers: the others must
+ * name it well before the timeout, whichever barrier it stopped at. */
+static int dies_mid_collective_body(tpu_shm_group_t *g, int rank) {
+  big_job_t job = {g, calloc((size_t)1 << 20, sizeof(float))};
+  EXPECT(job.x != NULL);
+  if (rank == 2) {
+    pthread_t t;
+    EXPECT(pthread_create(&t, NULL, big_all_reduce, &job) == 0);
+    usleep(50 * 1000);
+    _exit(0); /* a clean exit status: only the peers can tell that the rank died */
+  }
+  double t0 = seconds();
+  EXPECT(tpu_shm_all_reduce(g, job.x, job.x, (size_t)1 << 20, TPU_F32, TPU_RED_SUM) ==
+         TPU_ERR_UNAVAILABLE);
+  /* Either this rank saw rank 2 die, or it shows the message of the peer that did. */
+  const char *m = tpu_status_message();
+  EXPECT(strstr(m, "rank 2 (pid") && strstr(m, "exited") && strstr(m, "in all_reduce #1"));
+  EXPECT(seconds() - t0 < 5.0); /* well before the 30 s timeout */
+  free(job.x);
+  return 0;
+}
+
 static int stalled_rank_body(tpu_shm_group_t *g, int rank) {
   float x[8] = {0};
   if (rank == 1) {
@@ -216,6 +251,8 @@ static int p2p_mismatch_body(tpu_shm_group_t *g, int rank) {
 TEST(faults_name_the_missing_rank) {
   tpu_shm_group_options_t slow = {.timeout_s = 30};
   CHECK(run_group(3, &slow, dead_rank_body) == 0);
+  tpu_shm_group_options_t small = {.slot_bytes = 256, .timeout_s = 30};
+  CHECK(run_group(3, &small, dies_mid_collective_body) == 0);
   tpu_shm_group_options_t fast = {.timeout_s = 0.3};
   CHECK(run_group(2, &fast, stalled_rank_body) == 0);
   CHECK(run_group(2, &slow, p2p_mismatch_body) == 0);
