@@ -1,9 +1,12 @@
 /* ew_program.c: tpu_kernel_ew_program, fused float elementwise chains (ew_program.h).
  *
- * Per segment of the iteration, per block of PROGRAM_BLOCK elements: load the inputs as f32
- * (contiguous f32 in place, everything else converted into the block), run each instruction
- * through the same compute functions as the unfused kernels, store the result register
- * (the last instruction writes a contiguous f32 output directly).
+ * Per 2-d segment of the iteration (rows of the innermost dim), per block of PROGRAM_BLOCK
+ * elements: load the inputs as f32 (contiguous f32 in place, everything else converted into
+ * the block), run each instruction through the same compute functions as the unfused
+ * kernels (ew_program_loops.c for the four vec.h lacks), store the result register (the
+ * last instruction writes a contiguous f32 output directly). Short rows (softmax and layer
+ * norm rows of 32 or 64, operands broadcast along them) are packed several to a block, so
+ * an instruction's dispatch is paid per block, not per row; long rows go block by block.
  * A register that only ever depends on broadcast values holds one value (step 0).
  */
 #include "vtpu/kernels/ew_program.h"
@@ -29,54 +32,87 @@ static bool special_op(tpu_op_t op) {
          op == TPU_OP_IS_FINITE;
 }
 
-static void special_compute(const tpu_ew_instr_t *in, const float *const *val,
-                            const int64_t *step, float *dst, int64_t m) {
-  const float *a = val[in->a];
-  const int64_t sa = step[in->a];
-  switch (in->op) {
-    case TPU_OP_CONVERT:
-      if (in->aux == TPU_BF16) {
-        for (int64_t i = 0; i < m; i++) dst[i] = tpu_bf16_to_f32(tpu_f32_to_bf16(a[i * sa]));
-      } else {
-        for (int64_t i = 0; i < m; i++) dst[i] = tpu_f16_to_f32(tpu_f32_to_f16(a[i * sa]));
+/* Runs the instructions over m elements: register r's values at val[r] with step[r] (0: one
+ * value for all) on entry for the inputs and constants, on return for every register.
+ * |direct|: where the final instruction may write the result (contiguous f32 out), or NULL;
+ * |stream|: with non-temporal stores there. */
+static void run_instrs(const program_ctx *c, float (*regs)[PROGRAM_BLOCK], const float **val,
+                       int64_t *step, int64_t m, float *direct, bool stream) {
+  const tpu_ew_program_t *p = c->p;
+  for (int j = 0; j < p->num_instrs; j++) {
+    const tpu_ew_instr_t *in = &p->instrs[j];
+    float *dst = regs[in->dst];
+    /* an operand in the destination register that holds one broadcast value while the
+     * result is a vector would be overwritten before it is read again: read it from a
+     * copy (dst == a with a vector a is fine: element i is read before it is written) */
+    float held[3];
+    if (tpu_op_family(in->op) != TPU_FAMILY_UNARY) {
+      int ops[3] = {in->a, in->b, in->op == TPU_OP_SELECT ? in->c : in->b};
+      for (int k = 0; k < 3; k++) {
+        if (ops[k] == in->dst && step[ops[k]] == 0 && val[ops[k]] == dst) {
+          held[k] = dst[0];
+          val[ops[k]] = &held[k];
+        }
       }
-      return;
-    case TPU_OP_IS_FINITE:
-      for (int64_t i = 0; i < m; i++) dst[i] = isfinite(a[i * sa]) ? 1.0f : 0.0f;
-      return;
-    case TPU_OP_COMPARE: {
-      const float *b = val[in->b];
-      const int64_t sb = step[in->b];
-      for (int64_t i = 0; i < m; i++) {
-        dst[i] = tpu_ew_compare_float((tpu_compare_dir_t)in->aux, a[i * sa], b[i * sb]) ? 1.0f
-                                                                                       : 0.0f;
+    }
+    if (special_op(in->op)) {
+      int64_t st = step[in->a];
+      if (in->op == TPU_OP_COMPARE || in->op == TPU_OP_SELECT) st |= step[in->b];
+      if (in->op == TPU_OP_SELECT) st |= step[in->c];
+      if (j == c->last && direct && st) dst = direct;
+      tpu_ew_program_special(in, val, step, dst, st ? m : 1);
+      step[in->dst] = st;
+      val[in->dst] = dst;
+      continue;
+    }
+    bool unary = tpu_op_family(in->op) == TPU_FAMILY_UNARY;
+    bool vector = unary ? step[in->a] : (step[in->a] | step[in->b]);
+    if (j == c->last && direct && vector) {
+      dst = direct;
+      if (stream && unary && tpu_vec_unary_has(in->op) && step[in->a]) {
+        c->v->unary_f32_stream(in->op, val[in->a], dst, m);
+        step[in->dst] = 1;
+        val[in->dst] = dst;
+        continue;
       }
-      return;
+      if (stream && !unary && tpu_vec_binary_has(in->op)) {
+        c->v->binary_f32_stream(in->op, val[in->a], step[in->a], val[in->b], step[in->b], dst, m);
+        step[in->dst] = 1;
+        val[in->dst] = dst;
+        continue;
+      }
     }
-    default: { /* SELECT */
-      const float *t = val[in->b], *f = val[in->c];
-      const int64_t st = step[in->b], sf = step[in->c];
-      for (int64_t i = 0; i < m; i++) dst[i] = a[i * sa] != 0.0f ? t[i * st] : f[i * sf];
-      return;
+    if (unary) {
+      step[in->dst] = step[in->a];
+      tpu_ew_unary_compute(c->v, in->op, TPU_CT_F32, TPU_F32, val[in->a], dst,
+                           step[in->a] ? m : 1);
+    } else {
+      step[in->dst] = step[in->a] | step[in->b];
+      tpu_ew_binary_compute(c->v, in->op, TPU_CT_F32, TPU_F32, val[in->a], step[in->a],
+                            val[in->b], step[in->b], dst, step[in->dst] ? m : 1);
     }
+    val[in->dst] = dst;
   }
 }
 
-static void program_loop(void *arg, char *const *ptrs, const int64_t *strides, int64_t n,
-                         int64_t pos) {
-  (void)pos;
-  const program_ctx *c = arg;
+static void set_consts(const tpu_ew_program_t *p, const float **val, int64_t *step) {
+  for (int k = 0; k < p->num_consts; k++) {
+    int r = p->num_inputs + k;
+    val[r] = &p->consts[k];
+    step[r] = 0;
+  }
+}
+
+/* One row of n elements (any length), block by block. */
+static void program_row(const program_ctx *c, char *const *ptrs, const int64_t *strides,
+                        int64_t n) {
   const tpu_ew_program_t *p = c->p;
   const bool out_direct = c->out_dt == TPU_F32 && strides[0] == 4;
   float regs[TPU_EW_PROGRAM_MAX_REGS][PROGRAM_BLOCK];
   tpu_ew_block_t loaded[TPU_EW_PROGRAM_MAX_INPUTS];
   const float *val[TPU_EW_PROGRAM_MAX_REGS]; /* where each register's values are */
   int64_t step[TPU_EW_PROGRAM_MAX_REGS];
-  for (int k = 0; k < p->num_consts; k++) {
-    int r = p->num_inputs + k;
-    val[r] = &p->consts[k];
-    step[r] = 0;
-  }
+  set_consts(p, val, step);
   /* streaming: a short first block brings the output to a 64-byte boundary, so no cache
    * line is written partly with streaming and partly with regular stores */
   int64_t first = PROGRAM_BLOCK;
@@ -99,64 +135,81 @@ static void program_loop(void *arg, char *const *ptrs, const int64_t *strides, i
       }
       val[k] = tpu_ew_load(c->v, TPU_CT_F32, src, s, c->in_dt[k], m, &loaded[k], &step[k]);
     }
-    for (int j = 0; j < p->num_instrs; j++) {
-      const tpu_ew_instr_t *in = &p->instrs[j];
-      float *dst = regs[in->dst];
-      /* an operand in the destination register that holds one broadcast value while the
-       * result is a vector would be overwritten before it is read again: read it from a
-       * copy (dst == a with a vector a is fine: element i is read before it is written) */
-      float held[3];
-      if (tpu_op_family(in->op) != TPU_FAMILY_UNARY) {
-        int ops[3] = {in->a, in->b, in->op == TPU_OP_SELECT ? in->c : in->b};
-        for (int k = 0; k < 3; k++) {
-          if (ops[k] == in->dst && step[ops[k]] == 0 && val[ops[k]] == dst) {
-            held[k] = dst[0];
-            val[ops[k]] = &held[k];
-          }
-        }
-      }
-      if (special_op(in->op)) {
-        int64_t st = step[in->a];
-        if (in->op == TPU_OP_COMPARE || in->op == TPU_OP_SELECT) st |= step[in->b];
-        if (in->op == TPU_OP_SELECT) st |= step[in->c];
-        if (j == c->last && out_direct && st) dst = (float *)(void *)(ptrs[0] + i * 4);
-        special_compute(in, val, step, dst, st ? m : 1);
-        step[in->dst] = st;
-        val[in->dst] = dst;
-        continue;
-      }
-      bool unary = tpu_op_family(in->op) == TPU_FAMILY_UNARY;
-      bool vector = unary ? step[in->a] : (step[in->a] | step[in->b]);
-      if (j == c->last && out_direct && vector) {
-        dst = (float *)(void *)(ptrs[0] + i * 4);
-        if (c->stream && unary && tpu_vec_unary_has(in->op) && step[in->a]) {
-          c->v->unary_f32_stream(in->op, val[in->a], dst, m);
-          step[in->dst] = 1;
-          val[in->dst] = dst;
-          continue;
-        }
-        if (c->stream && !unary && tpu_vec_binary_has(in->op)) {
-          c->v->binary_f32_stream(in->op, val[in->a], step[in->a], val[in->b], step[in->b], dst, m);
-          step[in->dst] = 1;
-          val[in->dst] = dst;
-          continue;
-        }
-      }
-      if (unary) {
-        step[in->dst] = step[in->a];
-        tpu_ew_unary_compute(c->v, in->op, TPU_CT_F32, TPU_F32, val[in->a], dst,
-                             step[in->a] ? m : 1);
-      } else {
-        step[in->dst] = step[in->a] | step[in->b];
-        tpu_ew_binary_compute(c->v, in->op, TPU_CT_F32, TPU_F32, val[in->a], step[in->a],
-                              val[in->b], step[in->b], dst, step[in->dst] ? m : 1);
-      }
-      val[in->dst] = dst;
-    }
+    run_instrs(c, regs, val, step, m, out_direct ? (float *)(void *)(ptrs[0] + i * 4) : NULL,
+               c->stream);
     tpu_ew_store(c->v, TPU_CT_F32, val[p->result], step[p->result], ptrs[0] + i * strides[0],
                  strides[0], c->out_dt, m);
   }
   if (c->stream && out_direct) c->v->stream_fence();
+}
+
+/* |rows| short rows of n elements (2 n <= PROGRAM_BLOCK), packed PROGRAM_BLOCK / n rows to
+ * a block so that each instruction runs once per block, not once per row. An input that
+ * steps along the rows is copied row by row into the block (or read in place when the rows
+ * are contiguous f32); one broadcast along the rows (inner stride 0) fills each row's part
+ * with its value; one broadcast over the whole segment stays one value (step 0). The result
+ * goes to out directly when out's rows are contiguous, else row by row. */
+static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
+  const tpu_ew_program_t *p = c->p;
+  const int64_t n = seg->n, per = PROGRAM_BLOCK / n;
+  const int64_t so = seg->strides[0], oo = seg->outer[0];
+  const bool out_dense = oo == n * so; /* out's rows follow each other */
+  const bool out_direct = c->out_dt == TPU_F32 && so == 4 && out_dense;
+  float regs[TPU_EW_PROGRAM_MAX_REGS][PROGRAM_BLOCK];
+  tpu_ew_block_t loaded[TPU_EW_PROGRAM_MAX_INPUTS];
+  const float *val[TPU_EW_PROGRAM_MAX_REGS];
+  int64_t step[TPU_EW_PROGRAM_MAX_REGS];
+  for (int64_t r0 = 0, g; r0 < seg->rows; r0 += g) {
+    g = seg->rows - r0 < per ? seg->rows - r0 : per;
+    const int64_t m = g * n;
+    set_consts(p, val, step);
+    for (int k = 0; k < p->num_inputs; k++) {
+      const int64_t s = seg->strides[k + 1], o = seg->outer[k + 1];
+      const char *src = seg->ptrs[k + 1] + r0 * o;
+      const tpu_dtype_t dt = c->in_dt[k];
+      float *blk = loaded[k].f;
+      val[k] = blk;
+      step[k] = 1;
+      if (s == 0 && o == 0) { /* one value for the whole block */
+        tpu_ew_program_fill_rows(src, 0, dt, blk, 1, 1);
+        step[k] = 0;
+      } else if (s == 0) { /* one value per row */
+        tpu_ew_program_fill_rows(src, o, dt, blk, g, n);
+      } else if (dt == TPU_F32 && s == 4 && o == n * 4) { /* contiguous rows, in place */
+        val[k] = (const float *)(const void *)src;
+      } else if (o == n * s) { /* rows that follow each other: one run */
+        tpu_ew_program_load_row(c->v, src, s, dt, blk, m);
+      } else {
+        for (int64_t r = 0; r < g; r++) {
+          tpu_ew_program_load_row(c->v, src + r * o, s, dt, blk + r * n, n);
+        }
+      }
+    }
+    char *dst = seg->ptrs[0] + r0 * oo;
+    run_instrs(c, regs, val, step, m, out_direct ? (float *)(void *)dst : NULL, false);
+    const float *res = val[p->result];
+    const int64_t rs = step[p->result];
+    if (out_dense) {
+      tpu_ew_store(c->v, TPU_CT_F32, res, rs, dst, so, c->out_dt, m);
+    } else {
+      for (int64_t r = 0; r < g; r++) {
+        tpu_ew_store(c->v, TPU_CT_F32, res + r * n * rs, rs, dst + r * oo, so, c->out_dt, n);
+      }
+    }
+  }
+}
+
+static void program_seg(void *arg, const tpu_ew_seg_t *seg) {
+  const program_ctx *c = arg;
+  if (seg->rows > 1 && 2 * seg->n <= PROGRAM_BLOCK) {
+    program_rows(c, seg);
+    return;
+  }
+  char *ptrs[TPU_EW_MAX_OPERANDS];
+  for (int64_t r = 0; r < seg->rows; r++) {
+    for (int k = 0; k <= c->p->num_inputs; k++) ptrs[k] = seg->ptrs[k] + r * seg->outer[k];
+    program_row(c, ptrs, seg->strides, seg->n);
+  }
 }
 
 static bool float32ish(tpu_dtype_t dt) {
@@ -236,6 +289,6 @@ tpu_status_t tpu_kernel_ew_program(const tpu_ew_program_t *p, const tpu_buf_t *c
     if (k) c.in_dt[k - 1] = dt;
   }
   c.stream = tpu_ew_stream_out(it.numel, out->dtype);
-  tpu_ew_iter_run(&it, pool, program_loop, &c);
+  tpu_ew_iter_run2(&it, pool, program_seg, &c);
   return TPU_OK;
 }

@@ -31,6 +31,7 @@
 #define TPU_VTPU_KERNELS_EW_PROGRAM_H
 
 #include "tpu/kernels.h"
+#include "vtpu/kernels/vec.h"
 
 #define TPU_EW_PROGRAM_MAX_REGS 24
 #define TPU_EW_PROGRAM_MAX_INSTRS 64
@@ -60,5 +61,21 @@ tpu_status_t tpu_ew_program_check(const tpu_ew_program_t *p);
  * offending instruction, register or dtype. */
 tpu_status_t tpu_kernel_ew_program(const tpu_ew_program_t *p, const tpu_buf_t *const *ins,
                                    const tpu_buf_t *out, tpu_pool_t *pool);
+
+/* ---- internal to the kernel (ew_program_loops.c) ---- */
+
+/* m results of a CONVERT, IS_FINITE, COMPARE
+ * or SELECT instruction into dst, register r's values at val[r] with step[r] (0: one value
+ * for all, 1: m values); dst may be one of the operands' arrays. */
+void tpu_ew_program_special(const tpu_ew_instr_t *in, const float *const *val,
+                            const int64_t *step, float *dst, int64_t m);
+
+/* Row r < rows of dst (n floats at dst + r * n) = the one |dt| value at src + r * outer. */
+void tpu_ew_program_fill_rows(const char *src, int64_t outer, tpu_dtype_t dt, float *dst,
+                              int64_t rows, int64_t n);
+
+/* dst[j] = n values of |dt| (f32, bf16, f16 or bool as 0/1) at src (byte stride s) as f32. */
+void tpu_ew_program_load_row(const tpu_vec_ops_t *v, const char *src, int64_t s,
+                             tpu_dtype_t dt, float *dst, int64_t n);
 
 #endif /* TPU_VTPU_KERNELS_EW_PROGRAM_H */
