@@ -19,6 +19,13 @@
  *   copy q               q -> dense (16384 elements)
  *   copy dense / fill    49152 elements
  *   all last dim (bool)  AND over the last dim (32) -> (8,4,32); amax last dim the same for MAX
+ *   ne bool scalar       bool x != broadcast bool scalar (the safe-softmax mask), 32768
+ *   mul kT * scalar      (8,4,16,32) view k^T of the qkv split, strides (6144,16,1,192), times
+ *                        a broadcast scalar -> dense (16384 elements)
+ *   erf 65536            erf of (8,32,256) dense (the GELU's)
+ *   bmm 32x32x16         32 batches of (32,32) @ (32,16) -> (32,32,16), f32 at DEFAULT (bf16
+ *                        passes); bmm qk^T 32 batches of (32,16) @ (16,32)^T with the rhs
+ *                        transposed (strides (512,1,16)) -> (32,32,32)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,15 +58,17 @@ static tpu_buf_t buf(void *data, tpu_dtype_t dt, int rank, const int64_t *dims,
   return b;
 }
 
-enum { ADD, EQ_SCALAR, EQ_DENSE, WHERE, MUL_Q, COPY_Q, COPY_DENSE, FILL, ALL_LAST, AMAX_LAST, NROWS };
+enum { ADD, EQ_SCALAR, EQ_DENSE, WHERE, MUL_Q, COPY_Q, COPY_DENSE, FILL, ALL_LAST, AMAX_LAST,
+       NE_BOOL, MUL_KT, ERF, BMM_PV, BMM_QK, NROWS };
 static const char *const kNames[NROWS] = {
     "add dense 32768",   "eq scalar 32768", "eq dense 32768",     "where bcast pred 32768",
     "mul q * scalar 16384", "copy q 16384", "copy dense 49152",   "fill 49152",
-    "all last dim (bool)", "amax last dim"};
+    "all last dim (bool)", "amax last dim", "ne bool scalar 32768", "mul kT * scalar 16384",
+    "erf 65536", "bmm 32x32x16", "bmm qk^T 32x32x32"};
 
 typedef struct mem {
   float *x, *y, *o, *qkv, *qo, *f1, *f2, *rf, scalar;
-  uint8_t *b, *pred, *rb;
+  uint8_t *b, *bo, *pred, *rb, bscalar;
 } mem_t;
 
 static tpu_status_t run(int row, const mem_t *m) {
@@ -86,7 +95,45 @@ static tpu_status_t run(int row, const mem_t *m) {
     case COPY_DENSE: return tpu_kernel_copy(&f1, &f2, NULL);
     case FILL: return tpu_kernel_fill(&f2, 0.0, 0, NULL);
     case ALL_LAST: return tpu_kernel_reduce(TPU_REDUCE_AND, &b, last, &rb, NULL);
-    default: return tpu_kernel_reduce(TPU_REDUCE_MAX, &x, last, &rf, NULL);
+    case AMAX_LAST: return tpu_kernel_reduce(TPU_REDUCE_MAX, &x, last, &rf, NULL);
+    case NE_BOOL: {
+      tpu_buf_t bs = buf((void *)&m->bscalar, TPU_BOOL, 4, d4, z4);
+      tpu_buf_t bo = buf(m->bo, TPU_BOOL, 4, d4, s4);
+      return tpu_kernel_compare(TPU_CMP_NE, &b, &bs, &bo, NULL);
+    }
+    case MUL_KT: {
+      static const int64_t kd[4] = {8, 4, 16, 32}, ks[4] = {6144, 16, 1, 192};
+      static const int64_t kos[4] = {2048, 512, 32, 1};
+      tpu_buf_t k = buf(m->qkv, TPU_F32, 4, kd, ks), ko = buf(m->qo, TPU_F32, 4, kd, kos);
+      tpu_buf_t ksc = buf((void *)&m->scalar, TPU_F32, 4, kd, z4);
+      return tpu_kernel_binary(TPU_OP_MUL, &k, &ksc, &ko, NULL);
+    }
+    case ERF: return tpu_kernel_unary(TPU_OP_ERF, &f1, &f2, NULL);
+    default: {
+      static const int64_t ad[3] = {32, 32, 32}, as[3] = {1024, 32, 1};
+      static const int64_t bd[3] = {32, 32, 16}, bs_[3] = {512, 16, 1};
+      static const int64_t qd3[3] = {32, 32, 16}, kd3[3] = {32, 32, 16}, kts[3] = {512, 1, 32};
+      tpu_dot_attrs_t at;
+      memset(&at, 0, sizeof at);
+      at.num_batch = 1;
+      at.num_contract = 1;
+      at.precision = TPU_PRECISION_DEFAULT;
+      if (row == BMM_PV) { /* (32,32,32) @ (32,32,16) -> (32,32,16) */
+        tpu_buf_t a = buf(m->x, TPU_F32, 3, ad, as), bb = buf(m->qkv, TPU_F32, 3, bd, bs_);
+        tpu_buf_t oo = buf(m->o, TPU_F32, 3, bd, bs_);
+        at.lhs_contract[0] = 2;
+        at.rhs_contract[0] = 1;
+        return tpu_kernel_dot_general(&at, &a, &bb, &oo, NULL);
+      }
+      /* (32,32,16) q @ k^T where k is (32,32,16) read as (32,16,32) strides (512,1,16):
+       * contract q dim 2 with k dim 2 -> (32,32,32) */
+      tpu_buf_t q3 = buf(m->qkv, TPU_F32, 3, qd3, bs_), k3 = buf(m->f1, TPU_F32, 3, kd3, bs_);
+      tpu_buf_t oo = buf(m->o, TPU_F32, 3, ad, as);
+      (void)kts;
+      at.lhs_contract[0] = 2;
+      at.rhs_contract[0] = 2;
+      return tpu_kernel_dot_general(&at, &q3, &k3, &oo, NULL);
+    }
   }
 }
 
@@ -101,10 +148,17 @@ static const char *kTorchScript =
     "qs=torch.zeros(()).expand(8,4,32,16)\n"
     "f1=torch.randn(49152);f2=torch.empty(49152)\n"
     "rb=torch.empty(8,4,32,dtype=torch.bool);rf=torch.empty(8,4,32);bb=x>0\n"
+    "bt=torch.ones((),dtype=torch.bool).expand(8,4,32,32)\n"
+    "kt=qkv.as_strided((8,4,16,32),(6144,16,1,192));ko=torch.empty(8,4,16,32)\n"
+    "ks=torch.zeros(()).expand(8,4,16,32)\n"
+    "a3=torch.randn(32,32,32);b3=torch.randn(32,32,16);o3=torch.empty(32,32,16)\n"
+    "q3=torch.randn(32,32,16);k3=torch.randn(32,32,16);o4=torch.empty(32,32,32)\n"
     "rows=[lambda:torch.add(x,y,out=o),lambda:torch.eq(x,s,out=b),lambda:torch.eq(x,y,out=b),\n"
     " lambda:torch.where(p,s,y,out=o),lambda:torch.mul(q,qs,out=qo),lambda:qo.copy_(q),\n"
     " lambda:f2.copy_(f1),lambda:f2.fill_(0.0),lambda:torch.all(bb,3,out=rb),\n"
-    " lambda:torch.amax(x,3,out=rf)]\n"
+    " lambda:torch.amax(x,3,out=rf),lambda:torch.ne(bb,bt,out=b),lambda:torch.mul(kt,ks,out=ko),\n"
+    " lambda:torch.erf(f1,out=f2),lambda:torch.bmm(a3,b3,out=o3),\n"
+    " lambda:torch.bmm(q3,k3.transpose(1,2),out=o4)]\n"
     "for f in rows:\n"
     "  f();best=1e9\n"
     "  for _ in range(20):\n"
@@ -139,10 +193,12 @@ int main(void) {
   m.f2 = calloc(49152, 4);
   m.rf = calloc(1024, 4);
   m.b = calloc(32768, 1);
+  m.bo = calloc(32768, 1);
+  m.bscalar = 1;
   m.pred = calloc(1024, 1);
   m.rb = calloc(1024, 1);
   m.scalar = 0.5f;
-  if (!m.x || !m.y || !m.o || !m.qkv || !m.qo || !m.f1 || !m.f2 || !m.rf || !m.b || !m.pred ||
+  if (!m.x || !m.y || !m.o || !m.qkv || !m.qo || !m.f1 || !m.f2 || !m.rf || !m.b || !m.bo || !m.pred ||
       !m.rb) {
     return 1;
   }
@@ -192,6 +248,7 @@ int main(void) {
   free(m.f2);
   free(m.rf);
   free(m.b);
+  free(m.bo);
   free(m.pred);
   free(m.rb);
   return 0;

@@ -4,8 +4,9 @@
  * - the iterator's 2-d segments: short inner runs (1 .. 37 elements, tails that are not a
  *   multiple of any vector width) under transposed, strided, reversed (negative stride)
  *   and broadcast (zero stride, rank 0, rank-4 all-zero) operands, split over a pool;
- * - compare (vec.h compare loops, every direction, f32 and bf16, and the block path for
- *   other dtypes) with NaN, +-inf, -0.0 and equal values;
+ * - compare (vec.h compare loops, every direction, f32 and bf16; the typed loops for bool
+ *   (true bytes other than 1 included), i8, u8, i32, i64; the block path for f64) with NaN,
+ *   +-inf, -0.0 and equal values;
  * - select (vec.h 32-bit select, rows whose pred is broadcast along them, other sizes);
  * - binary rows with a per-row broadcast value, copy of short rows, fill (memset and
  *   pattern values, strided), and AND/OR reductions over contiguous byte rows vs tpu_ref_reduce;
@@ -71,6 +72,8 @@ static double elem_f64(const tpu_buf_t *b, int64_t off) {
     case TPU_F64: { double d; memcpy(&d, p, 8); return d; }
     case TPU_I32: { int32_t i; memcpy(&i, p, 4); return i; }
     case TPU_I64: { int64_t i; memcpy(&i, p, 8); return (double)i; }
+    case TPU_I8: return (int8_t)*p;
+    case TPU_BOOL: return *p != 0; /* any non-zero byte is true */
     default: return (uint8_t)*p;
   }
 }
@@ -141,16 +144,23 @@ static tpu_buf_t layout(int which, void *mem, tpu_dtype_t dt, const int64_t *dim
   tpu_vec_ops_force(NULL)
 
 TEST(compare_rows_every_dir_layout_and_isa) {
-  static const tpu_dtype_t dts[] = {TPU_F32, TPU_BF16, TPU_F64, TPU_I32};
+  /* f32/bf16: vec.h loops; bool, i8, u8, i32, i64: the typed integer loops; f64: blocks */
+  static const tpu_dtype_t dts[] = {TPU_F32, TPU_BF16, TPU_F64, TPU_I32, TPU_BOOL, TPU_I64,
+                                    TPU_I8, TPU_U8};
+  enum { ND = sizeof dts / sizeof dts[0] };
   char *ma = malloc(CAP), *mb = malloc(CAP), *mo = malloc(CAP);
   int bad = 0;
   FOR_EACH_ISA(v, {
-    for (int c = 0; c < 4 * NINNER * 6; c++) {
-      tpu_dtype_t dt = dts[c % 4];
-      int64_t dims[4] = {2, 3, 5, kInner[(c / 4) % NINNER]};
-      int la = (c / 3) % 3, lb = (c / 4 / NINNER) % 6, lo = c % 7 == 0 ? 1 : 0;
+    for (int c = 0; c < ND * NINNER * 6; c++) {
+      tpu_dtype_t dt = dts[c % ND];
+      int64_t dims[4] = {2, 3, 5, kInner[(c / ND) % NINNER]};
+      int la = (c / 3) % 3, lb = (c / ND / NINNER) % 6, lo = c % 7 == 0 ? 1 : 0;
       fill_elems(ma, dt, CAP / 8);
       fill_elems(mb, dt, CAP / 8);
+      if (dt == TPU_BOOL) { /* true bytes other than 1 compare equal to 1 */
+        for (int i = 0; i < CAP / 8; i += 5) ma[i] = (char)(ma[i] ? 0x80 : 0);
+        for (int i = 0; i < CAP / 8; i += 3) mb[i] = (char)(mb[i] ? 2 : 0);
+      }
       tpu_buf_t a = layout(la, ma, dt, dims), b = layout(lb, mb, dt, dims);
       tpu_buf_t o = layout(lo, mo, TPU_BOOL, dims);
       tpu_buf_t x = c % 5 == 0 ? b : a, y = c % 5 == 0 ? a : b; /* broadcast on either side */

@@ -2,7 +2,8 @@
  * (include/tpu/kernels.h).
  *
  * compare: a and b of one dtype -> bool (NaN compares unequal to everything, so only NE
- * is true); f32 and bf16 with dense or broadcast operands run the vec.h compare loops.
+ * is true); f32 and bf16 with dense or broadcast operands run the vec.h compare loops,
+ * bool and integer dtypes typed loops in their own width (no widening to i64 blocks).
  * select: pred (bool) picks on_true or on_false, any dtype, bytes copied; 32-bit elements
  * with a dense pred or one broadcast along the row run the vec.h select; for other sizes
  * a row whose pred is broadcast along it is a copy of one operand's row.
@@ -65,6 +66,101 @@ static void compare_row(const compare_ctx *c, char *const *ptrs, const int64_t *
   }
 }
 
+/* Integer and bool rows with a dense bool out and dense or broadcast (stride 0) operands:
+ * typed loops in the operands' own width instead of i64 blocks. Byte dtypes (bool, u8,
+ * i8) go 16 at a time through GCC vector extensions (SSE2 on x86-64, so every ISA build
+ * has them); bool bytes are normalized to 0/1 first, as tpu_ew_load_i64 does. */
+typedef uint8_t cmp_u8x16 __attribute__((vector_size(16)));
+typedef int8_t cmp_i8x16 __attribute__((vector_size(16)));
+
+#define CMP_AS_IS(v) (v)
+#define CMP_BOOL01(v) ((v) != 0)
+
+/* One row of n bytes: o[j] = NORM(x[j]) OP NORM(y[j]) (ia/ib false: the operand is x[0] or
+ * y[0] for every j). VT is the 16-lane vector of the element type T. */
+#define BYTE_CMP_ROW(T, VT, NORM, IS_BOOL, OP)                                                     \
+  do {                                                                                      \
+    const T x0 = (T)NORM(x[0]), y0 = (T)NORM(y[0]);                                         \
+    int64_t j = 0;                                                                          \
+    for (; j + 16 <= n; j += 16) {                                                          \
+      VT a, b;                                                                              \
+      if (ia) memcpy(&a, x + j, 16); else a = (VT){0} + x0;                                 \
+      if (ib) memcpy(&b, y + j, 16); else b = (VT){0} + y0;                                 \
+      if (IS_BOOL) { /* any non-zero byte is true: 0/1 */                                     \
+        a = (VT)((cmp_u8x16)(a != 0) & 1);                                                  \
+        b = (VT)((cmp_u8x16)(b != 0) & 1);                                                  \
+      }                                                                                     \
+      cmp_u8x16 res = (cmp_u8x16)(a OP b) & 1;                                              \
+      memcpy(o + j, &res, 16);                                                                \
+    }                                                                                       \
+    for (; j < n; j++) {                                                                    \
+      o[j] = (uint8_t)((ia ? (T)NORM(x[j]) : x0) OP (ib ? (T)NORM(y[j]) : y0));             \
+    }                                                                                       \
+  } while (0)
+
+#define WIDE_CMP_ROW(T, NORM, OP)                                                           \
+  do {                                                                                      \
+    const T x0 = x[0], y0 = y[0];                                                           \
+    for (int64_t j = 0; j < n; j++) o[j] = (uint8_t)((ia ? x[j] : x0) OP (ib ? y[j] : y0)); \
+  } while (0)
+
+#define INT_CMP_ROWS(T, ROW, OP)                                                            \
+  for (int64_t r = 0; r < s->rows; r++) {                                                   \
+    const T *x = (const T *)(s->ptrs[1] + r * s->outer[1]);                                 \
+    const T *y = (const T *)(s->ptrs[2] + r * s->outer[2]);                                 \
+    uint8_t *o = (uint8_t *)(s->ptrs[0] + r * s->outer[0]);                                 \
+    ROW;                                                                                    \
+  }
+
+#define INT_CMP_DIRS(T, ROW)                                                                \
+  do {                                                                                      \
+    switch (c->dir) {                                                                       \
+      case TPU_CMP_EQ: INT_CMP_ROWS(T, ROW(==), ==); break;                                 \
+      case TPU_CMP_NE: INT_CMP_ROWS(T, ROW(!=), !=); break;                                 \
+      case TPU_CMP_LT: INT_CMP_ROWS(T, ROW(<), <); break;                                   \
+      case TPU_CMP_LE: INT_CMP_ROWS(T, ROW(<=), <=); break;                                 \
+      case TPU_CMP_GT: INT_CMP_ROWS(T, ROW(>), >); break;                                   \
+      default: INT_CMP_ROWS(T, ROW(>=), >=); break;                                         \
+    }                                                                                       \
+  } while (0)
+
+#define ROW_BOOL(OP) BYTE_CMP_ROW(uint8_t, cmp_u8x16, CMP_BOOL01, 1, OP)
+#define ROW_U8(OP) BYTE_CMP_ROW(uint8_t, cmp_u8x16, CMP_AS_IS, 0, OP)
+#define ROW_I8(OP) BYTE_CMP_ROW(int8_t, cmp_i8x16, CMP_AS_IS, 0, OP)
+#define ROW_I16(OP) WIDE_CMP_ROW(int16_t, CMP_AS_IS, OP)
+#define ROW_I32(OP) WIDE_CMP_ROW(int32_t, CMP_AS_IS, OP)
+#define ROW_I64(OP) WIDE_CMP_ROW(int64_t, CMP_AS_IS, OP)
+
+/* Returns false (nothing done) unless the segment fits the typed loops. */
+static bool compare_seg_int(const compare_ctx *c, const tpu_ew_seg_t *s) {
+  const int64_t es = (int64_t)tpu_dtype_size(c->dt), sa = s->strides[1], sb = s->strides[2];
+  if (s->strides[0] != 1 || (sa != es && sa != 0) || (sb != es && sb != 0)) return false;
+  const bool ia = sa != 0, ib = sb != 0;
+  const int64_t n = s->n;
+  switch (c->dt) {
+    case TPU_BOOL: INT_CMP_DIRS(uint8_t, ROW_BOOL); return true;
+    case TPU_U8: INT_CMP_DIRS(uint8_t, ROW_U8); return true;
+    case TPU_I8: INT_CMP_DIRS(int8_t, ROW_I8); return true;
+    case TPU_I16: INT_CMP_DIRS(int16_t, ROW_I16); return true;
+    case TPU_I32: INT_CMP_DIRS(int32_t, ROW_I32); return true;
+    case TPU_I64: INT_CMP_DIRS(int64_t, ROW_I64); return true;
+    default: return false;
+  }
+}
+
+#undef ROW_BOOL
+#undef ROW_U8
+#undef ROW_I8
+#undef ROW_I16
+#undef ROW_I32
+#undef ROW_I64
+#undef CMP_BOOL01
+#undef CMP_AS_IS
+#undef INT_CMP_DIRS
+#undef INT_CMP_ROWS
+#undef BYTE_CMP_ROW
+#undef WIDE_CMP_ROW
+
 /* f32 and bf16 rows with a dense bool out and dense or broadcast operands: the vec.h
  * loops over the whole 2-d segment; the rest row by row through blocks. */
 static void compare_seg(void *arg, const tpu_ew_seg_t *s) {
@@ -82,6 +178,7 @@ static void compare_seg(void *arg, const tpu_ew_seg_t *s) {
     }
     return;
   }
+  if (compare_seg_int(c, s)) return;
   char *ptrs[3];
   for (int64_t r = 0; r < s->rows; r++) {
     for (int k = 0; k < 3; k++) ptrs[k] = s->ptrs[k] + r * s->outer[k];
@@ -91,6 +188,7 @@ static void compare_seg(void *arg, const tpu_ew_seg_t *s) {
 
 #undef CMP_DIRS
 #undef CMP_LOOP
+
 
 tpu_status_t tpu_kernel_compare(tpu_compare_dir_t dir, const tpu_buf_t *a, const tpu_buf_t *b,
                                 const tpu_buf_t *out, tpu_pool_t *pool) {
