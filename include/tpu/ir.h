@@ -336,8 +336,10 @@ tpu_value_t tpu_graph_argsort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attr
 
 /* Copies every node of |src| except its parameters into |dst|, through the same shape
  * rules as the builders: parameter i of |src| becomes param_values[i] (a value of |dst| of
- * the same dtype and shape; strides do not matter), and out_values[v] (an array of
- * tpu_graph_num_nodes(src) entries) receives the |dst| value of each node v of |src|.
+ * the same dtype and shape; strides do not matter), or TPU_NO_VALUE for a parameter no
+ * node of |src| uses (an argument the op overwrites without reading, as fill_'s self), and
+ * out_values[v] (an array of tpu_graph_num_nodes(src) entries) receives the |dst| value of
+ * each node v of |src|.
  * Outputs of |src| are not marked as outputs of |dst|. Errors are recorded in |dst|. */
 tpu_status_t tpu_graph_inline(tpu_graph_t *dst, const tpu_graph_t *src,
                               const tpu_value_t *param_values, tpu_value_t *out_values);

@@ -24,6 +24,10 @@ tpu_status_t tpu_graph_inline(tpu_graph_t *dst, const tpu_graph_t *src,
     const tpu_node_t *n = &src->nodes[v];
     if (n->op == TPU_OP_PARAMETER) {
       tpu_value_t to = param_values[n->attrs.param.index];
+      if (to == TPU_NO_VALUE) { /* unbound: an error below if a node uses it */
+        out_values[v] = TPU_NO_VALUE;
+        continue;
+      }
       const tpu_node_t *t = tpu_graph_node(dst, to);
       if (!t || t->dtype != n->dtype || !tpu_shape_equal(&t->shape, &n->shape)) {
         return tpu_ir_fail(dst, TPU_ERR_INVALID_ARGUMENT,
@@ -41,7 +45,13 @@ tpu_status_t tpu_graph_inline(tpu_graph_t *dst, const tpu_graph_t *src,
         return tpu_ir_fail(dst, TPU_ERR_OUT_OF_MEMORY, "inline: out of memory");
       }
     }
-    for (int i = 0; i < n->num_operands; i++) ops[i] = out_values[n->operands[i]];
+    for (int i = 0; i < n->num_operands; i++) {
+      ops[i] = out_values[n->operands[i]];
+      if (ops[i] == TPU_NO_VALUE) {
+        return tpu_ir_fail(dst, TPU_ERR_INVALID_ARGUMENT,
+                           "inline: %s (node %d) reads an unbound parameter", tpu_op_name(n->op), v);
+      }
+    }
     tpu_node_t copy = *n;
     copy.operands = ops;
     char msg[TPU_IR_MESSAGE_CAP];

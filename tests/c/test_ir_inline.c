@@ -93,10 +93,33 @@ TEST(inline_copies_variadic_operands) {
   tpu_graph_destroy(dst);
 }
 
+TEST(inline_leaves_an_unused_parameter_unbound) {
+  /* src: (self, value) -> broadcast(value), as fill_(self, value) lowers: self unused */
+  tpu_graph_t *src = ir_graph();
+  tpu_value_t self = ir_param(src, TPU_F32, SHAPE(2, 3));
+  tpu_value_t value = ir_param(src, TPU_F32, SHAPE(2, 3));
+  tpu_value_t n = tpu_graph_unary(src, TPU_OP_NEG, value);
+  CHECK_OK(tpu_graph_output(src, n, NULL));
+  tpu_graph_t *dst = ir_graph();
+  tpu_value_t x = ir_param(dst, TPU_F32, SHAPE(2, 3));
+  tpu_value_t params[2] = {TPU_NO_VALUE, x}, map[3];
+  CHECK_OK(tpu_graph_inline(dst, src, params, map));
+  CHECK(map[self] == TPU_NO_VALUE && map[value] == x);
+  CHECK(tpu_graph_node(dst, map[n])->operands[0] == x);
+  /* binding the used parameter to nothing is an error naming the reader */
+  params[0] = x;
+  params[1] = TPU_NO_VALUE;
+  CHECK(tpu_graph_inline(dst, src, params, map) == TPU_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(tpu_graph_error_message(dst), "NEG (node 2) reads an unbound parameter") != NULL);
+  tpu_graph_destroy(src);
+  tpu_graph_destroy(dst);
+}
+
 int main(void) {
   RUN(inline_splices_a_graph_twice);
   RUN(inline_keeps_attributes);
   RUN(inline_rejects_a_mistyped_parameter);
   RUN(inline_copies_variadic_operands);
+  RUN(inline_leaves_an_unused_parameter_unbound);
   return check_report();
 }

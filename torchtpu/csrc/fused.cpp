@@ -170,6 +170,22 @@ std::vector<const tpu_node_t *> params_of(const tpu_graph_t *g) {
   return out;
 }
 
+// Per parameter of |g|: whether a node or an output of |g| uses it. An op that overwrites
+// an argument without reading it (fill_, zero_) leaves that parameter unused.
+std::vector<bool> params_used(const tpu_graph_t *g) {
+  std::vector<bool> used(tpu_graph_num_params(g), false);
+  auto mark = [&](tpu_value_t v) {
+    const tpu_node_t *n = tpu_graph_node(g, v);
+    if (n && n->op == TPU_OP_PARAMETER) used[n->attrs.param.index] = true;
+  };
+  for (int v = 0; v < tpu_graph_num_nodes(g); v++) {
+    const tpu_node_t *n = tpu_graph_node(g, v);
+    for (int i = 0; i < n->num_operands; i++) mark(n->operands[i]);
+  }
+  for (int i = 0; i < tpu_graph_num_outputs(g); i++) mark(tpu_graph_output_value(g, i));
+  return used;
+}
+
 // A host input of a recorded op: its bytes (a scalar) or the CPU tensor holding it.
 tpu_value_t read_host(Pending &p, const tpu_node_t *param, const void *ptr, Inputs &inputs,
                       int rng, int rng_index) {
@@ -371,14 +387,17 @@ void record_op(c10::Device device, const std::string &name, const std::vector<un
   const auto params = params_of(op_graph);
   TORCH_INTERNAL_ASSERT(params.size() == inputs.ptrs.size(), name, ": ", params.size(),
                         " parameters for ", inputs.ptrs.size(), " inputs");
-  std::vector<tpu_value_t> values(params.size());
+  // a tensor the op only overwrites is not read: reading it would make it a parameter of
+  // the pending graph, which would keep it alive (an output of a dead temporary)
+  const auto used = params_used(op_graph);
+  std::vector<tpu_value_t> values(params.size(), TPU_NO_VALUE);
   for (int attempt = 0;; attempt++) {
     ensure_graph(p);
     bool conflict = false;
     for (const at::Tensor &o : outputs) conflict = conflict || write_conflicts(p, o);
     size_t key_mark = p.key.size();
     for (size_t i = 0; i < params.size() && !conflict; i++) {
-      if (tensors[i].defined()) {
+      if (tensors[i].defined() && used[i]) {
         values[i] = read_tensor(p, tensors[i]);
         conflict = values[i] == TPU_NO_VALUE;
       }
