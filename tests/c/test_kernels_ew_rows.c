@@ -121,10 +121,12 @@ static bool cmp_ref(tpu_compare_dir_t dir, double a, double b) {
 /* Operand layouts by case number: 0 dense, 1 transposed with gap 2, 2 reversed dims 1 and
  * 3, 3 rank-4 all-zero strides, 4 broadcast along the last dim, 5 rank 0, 6 last two dims
  * transposed (k^T: dim 2 contiguous), 7 dim 2 contiguous and dim 3 outermost but one, 8
- * as 6 with dim 3 reversed. 6-8 are the tile-gather cases (ew_tile.h). */
+ * as 6 with dim 3 reversed, 9 dims 1 and 2 swapped (dense rows, strided across them). 6-8
+ * are the tile-gather cases (ew_tile.h). */
 static const int kPermKT[4] = {0, 1, 3, 2}, kPermMid[4] = {0, 3, 1, 2};
 static tpu_buf_t layout(int which, void *mem, tpu_dtype_t dt, const int64_t *dims) {
   switch (which) {
+    case 9: return view(mem, dt, dims, kPerms[1], 0, 0, 1);
     case 6: return view(mem, dt, dims, kPermKT, 0, 0, 1);
     case 7: return view(mem, dt, dims, kPermMid, 0, 0, 1);
     case 8: return view(mem, dt, dims, kPermKT, 0x8, 0, 1);
@@ -268,7 +270,8 @@ TEST(binary_rows_vs_ref_every_isa) {
 /* Transposed operands in tiles of more than one block: rows x cols past TPU_EW_BLOCK (512)
  * both ways (many rows of a short row; rows longer than a block), both inputs transposed
  * or one with a dense, per-row broadcast or scalar partner; binary vs tpu_ref_binary and
- * copy vs the element walk, each ISA, f32 and bf16 (copy also f64 and bool). */
+ * copy vs the element walk (also from dense rows strided across them: the short-rows
+ * loop), each ISA, f32 and bf16 (copy also f64 and bool). */
 TEST(transposed_tiles_vs_ref_every_isa) {
   static const int64_t shapes[][4] = {{2, 3, 40, 37}, {1, 2, 3, 600}, {1, 1, 33, 16}, {2, 1, 17, 513}};
   static const int partners[] = {6, 0, 4, 5, 3, 7};
@@ -298,7 +301,8 @@ TEST(transposed_tiles_vs_ref_every_isa) {
       tpu_dtype_t cdt = dts[(c / 4) % 4];
       size_t es = tpu_dtype_size(cdt);
       fill_elems(ma, cdt, n);
-      tpu_buf_t x = layout(la, ma, cdt, dims), y = layout(c % 5 == 0 ? 6 : 0, mo, cdt, dims);
+      tpu_buf_t x = layout(c % 4 == 3 ? 9 : la, ma, cdt, dims);
+      tpu_buf_t y = layout(c % 5 == 0 ? 6 : 0, mo, cdt, dims);
       memset(mo, 0x55, cap);
       CHECK_OK(tpu_kernel_copy(&x, &y, g_pool));
       for (int64_t i = 0; i < n; i++) {

@@ -91,17 +91,20 @@ static const char *seg_span(const char *p, int64_t s, int64_t outer, int64_t n, 
 static void copy_seg(void *arg, const tpu_ew_seg_t *s) {
   const size_t size = ((const copy_ctx *)arg)->size;
   const int64_t es = (int64_t)size, so = s->strides[0], si = s->strides[1];
-  if (s->rows > 1 && so == es && s->outer[0] % es == 0) {
+  const bool tr = tpu_ew_tile_is_transposed(size, si, s->outer[1]);
+  /* short dense rows from 8 rows on (below, the span check costs more than it saves) */
+  const bool short_rows = si == es && s->n * es <= 512 && s->rows >= 8;
+  if ((tr || short_rows) && s->rows > 1 && so == es && s->outer[0] % es == 0) {
     int64_t ob, ib;
     const char *o = seg_span(s->ptrs[0], so, s->outer[0], s->n, s->rows, size, &ob);
     const char *i = seg_span(s->ptrs[1], si, s->outer[1], s->n, s->rows, size, &ib);
     if (disjoint(o, ob, i, ib)) {
-      if (tpu_ew_tile_is_transposed(size, si, s->outer[1])) {
+      if (tr) {
         tpu_ew_tile_gather(size, s->ptrs[0], s->outer[0] / es, s->ptrs[1], s->outer[1], si,
                            s->rows, s->n);
         return;
       }
-      if (si == es && s->n * es <= 512) { /* short dense rows: no call, no checks per row */
+      if (short_rows) { /* no call, no checks per row */
         for (int64_t r = 0; r < s->rows; r++) {
           copy_short(s->ptrs[0] + r * s->outer[0], s->ptrs[1] + r * s->outer[1],
                      (size_t)(s->n * es));
