@@ -22,7 +22,11 @@
  *   ne bool scalar       bool x != broadcast bool scalar (the safe-softmax mask), 32768
  *   mul kT * scalar      (8,4,16,32) view k^T of the qkv split, strides (6144,16,1,192), times
  *                        a broadcast scalar -> dense (16384 elements)
- *   erf 65536            erf of (8,32,256) dense (the GELU's)
+ *   copy kT 16384        the k^T view above -> dense (a transposing copy)
+ *   copy heads 16384     (8,32,4,16) with strides (2048,16,512,1) (attention heads back to
+ *                        rows) -> dense
+ *   erf 65536            erf of 49152 dense values in [0, 9.9] (the GELU's erf; the kernel
+ *                        has no data-dependent branches)
  *   bmm 32x32x16         32 batches of (32,32) @ (32,16) -> (32,32,16), f32 at DEFAULT (bf16
  *                        passes); bmm qk^T 32 batches of (32,16) @ (16,32)^T with the rhs
  *                        transposed (strides (512,1,16)) -> (32,32,32)
@@ -59,12 +63,12 @@ static tpu_buf_t buf(void *data, tpu_dtype_t dt, int rank, const int64_t *dims,
 }
 
 enum { ADD, EQ_SCALAR, EQ_DENSE, WHERE, MUL_Q, COPY_Q, COPY_DENSE, FILL, ALL_LAST, AMAX_LAST,
-       NE_BOOL, MUL_KT, ERF, BMM_PV, BMM_QK, NROWS };
+       NE_BOOL, MUL_KT, COPY_KT, COPY_HEADS, ERF, BMM_PV, BMM_QK, NROWS };
 static const char *const kNames[NROWS] = {
     "add dense 32768",   "eq scalar 32768", "eq dense 32768",     "where bcast pred 32768",
     "mul q * scalar 16384", "copy q 16384", "copy dense 49152",   "fill 49152",
     "all last dim (bool)", "amax last dim", "ne bool scalar 32768", "mul kT * scalar 16384",
-    "erf 65536", "bmm 32x32x16", "bmm qk^T 32x32x32"};
+    "copy kT 16384", "copy heads 16384", "erf 65536", "bmm 32x32x16", "bmm qk^T 32x32x32"};
 
 typedef struct mem {
   float *x, *y, *o, *qkv, *qo, *f1, *f2, *rf, scalar;
@@ -107,6 +111,18 @@ static tpu_status_t run(int row, const mem_t *m) {
       tpu_buf_t k = buf(m->qkv, TPU_F32, 4, kd, ks), ko = buf(m->qo, TPU_F32, 4, kd, kos);
       tpu_buf_t ksc = buf((void *)&m->scalar, TPU_F32, 4, kd, z4);
       return tpu_kernel_binary(TPU_OP_MUL, &k, &ksc, &ko, NULL);
+    }
+    case COPY_KT: {
+      static const int64_t kd[4] = {8, 4, 16, 32}, ks[4] = {6144, 16, 1, 192};
+      static const int64_t kos[4] = {2048, 512, 32, 1};
+      tpu_buf_t k = buf(m->qkv, TPU_F32, 4, kd, ks), ko = buf(m->qo, TPU_F32, 4, kd, kos);
+      return tpu_kernel_copy(&k, &ko, NULL);
+    }
+    case COPY_HEADS: { /* (8,4,32,16) heads back to (8,32,4,16) rows */
+      static const int64_t hd[4] = {8, 32, 4, 16}, hs[4] = {2048, 16, 512, 1};
+      static const int64_t hos[4] = {2048, 64, 16, 1};
+      tpu_buf_t h = buf(m->x, TPU_F32, 4, hd, hs), ho = buf(m->qo, TPU_F32, 4, hd, hos);
+      return tpu_kernel_copy(&h, &ho, NULL);
     }
     case ERF: return tpu_kernel_unary(TPU_OP_ERF, &f1, &f2, NULL);
     default: {
@@ -157,6 +173,7 @@ static const char *kTorchScript =
     " lambda:torch.where(p,s,y,out=o),lambda:torch.mul(q,qs,out=qo),lambda:qo.copy_(q),\n"
     " lambda:f2.copy_(f1),lambda:f2.fill_(0.0),lambda:torch.all(bb,3,out=rb),\n"
     " lambda:torch.amax(x,3,out=rf),lambda:torch.ne(bb,bt,out=b),lambda:torch.mul(kt,ks,out=ko),\n"
+    " lambda:ko.copy_(kt),lambda:qo.view(8,32,4,16).copy_(x.view(-1)[:16384].as_strided((8,32,4,16),(2048,16,512,1))),\n"
     " lambda:torch.erf(f1,out=f2),lambda:torch.bmm(a3,b3,out=o3),\n"
     " lambda:torch.bmm(q3,k3.transpose(1,2),out=o4)]\n"
     "for f in rows:\n"

@@ -8,6 +8,8 @@
  *   (true bytes other than 1 included), i8, u8, i32, i64; the block path for f64) with NaN,
  *   +-inf, -0.0 and equal values;
  * - select (vec.h 32-bit select, rows whose pred is broadcast along them, other sizes);
+ * - transposed operands (strided along the output's rows, contiguous across them: the tile
+ *   gathers of ew_tile.h) in binary and copy, with tiles split over rows and columns;
  * - binary rows with a per-row broadcast value, copy of short rows, fill (memset and
  *   pattern values, strided), and AND/OR reductions over contiguous byte rows vs tpu_ref_reduce;
  * each vec.h table (portable, AVX2, AVX-512 when the CPU has them) forced in turn.
@@ -117,9 +119,17 @@ static bool cmp_ref(tpu_compare_dir_t dir, double a, double b) {
 }
 
 /* Operand layouts by case number: 0 dense, 1 transposed with gap 2, 2 reversed dims 1 and
- * 3, 3 rank-4 all-zero strides, 4 broadcast along the last dim, 5 rank 0. */
+ * 3, 3 rank-4 all-zero strides, 4 broadcast along the last dim, 5 rank 0, 6 last two dims
+ * transposed (k^T: dim 2 contiguous), 7 dim 2 contiguous and dim 3 outermost but one, 8
+ * as 6 with dim 3 reversed, 9 dims 1 and 2 swapped (dense rows, strided across them). 6-8
+ * are the tile-gather cases (ew_tile.h). */
+static const int kPermKT[4] = {0, 1, 3, 2}, kPermMid[4] = {0, 3, 1, 2};
 static tpu_buf_t layout(int which, void *mem, tpu_dtype_t dt, const int64_t *dims) {
   switch (which) {
+    case 9: return view(mem, dt, dims, kPerms[1], 0, 0, 1);
+    case 6: return view(mem, dt, dims, kPermKT, 0, 0, 1);
+    case 7: return view(mem, dt, dims, kPermMid, 0, 0, 1);
+    case 8: return view(mem, dt, dims, kPermKT, 0x8, 0, 1);
     case 1: return view(mem, dt, dims, kPerms[2], 0, 0, 2);
     case 2: return view(mem, dt, dims, kPerms[0], 0xA, 0, 1);
     case 3: return view(mem, dt, dims, kPerms[0], 0, 0xF, 1);
@@ -231,12 +241,12 @@ TEST(binary_rows_vs_ref_every_isa) {
   char *ma = malloc(CAP), *mb = malloc(CAP), *mo = malloc(CAP), *mr = malloc(CAP);
   int bad = 0;
   FOR_EACH_ISA(v, {
-    for (int c = 0; c < 2 * NINNER * 6; c++) {
+    for (int c = 0; c < 2 * NINNER * 9; c++) {
       tpu_dtype_t dt = dts[c % 2];
       int64_t dims[4] = {2, 3, 5, kInner[(c / 2) % NINNER]};
       fill_elems(ma, dt, CAP / 8);
       fill_elems(mb, dt, CAP / 8);
-      tpu_buf_t a = layout((c / 3) % 3, ma, dt, dims), b = layout((c / 2 / NINNER) % 6, mb, dt, dims);
+      tpu_buf_t a = layout((c / 3) % 3, ma, dt, dims), b = layout((c / 2 / NINNER) % 9, mb, dt, dims);
       tpu_buf_t o = layout(0, mo, dt, dims), r = layout(0, mr, dt, dims);
       tpu_op_t op = ops[c % 4];
       memset(mo, 0, CAP);
@@ -257,17 +267,71 @@ TEST(binary_rows_vs_ref_every_isa) {
   free(mr);
 }
 
+/* Transposed operands in tiles of more than one block: rows x cols past TPU_EW_BLOCK (512)
+ * both ways (many rows of a short row; rows longer than a block), both inputs transposed
+ * or one with a dense, per-row broadcast or scalar partner; binary vs tpu_ref_binary and
+ * copy vs the element walk (also from dense rows strided across them: the short-rows
+ * loop), each ISA, f32 and bf16 (copy also f64 and bool). */
+TEST(transposed_tiles_vs_ref_every_isa) {
+  static const int64_t shapes[][4] = {{2, 3, 40, 37}, {1, 2, 3, 600}, {1, 1, 33, 16}, {2, 1, 17, 513}};
+  static const int partners[] = {6, 0, 4, 5, 3, 7};
+  static const tpu_dtype_t dts[] = {TPU_F32, TPU_BF16, TPU_F64, TPU_BOOL};
+  const size_t cap = 2 * 17 * 513 * 8; /* the largest shape, 8-byte elements */
+  char *ma = malloc(cap), *mb = malloc(cap), *mo = malloc(cap), *mr = malloc(cap);
+  int bad = 0;
+  FOR_EACH_ISA(v, {
+    for (int c = 0; c < 4 * 6 * 3; c++) {
+      const int64_t *dims = shapes[c % 4];
+      tpu_dtype_t dt = dts[(c / 4) % 2];
+      int lb = partners[(c / 8) % 6], la = 6 + c % 3;
+      int64_t n = dims[0] * dims[1] * dims[2] * dims[3];
+      fill_elems(ma, dt, n);
+      fill_elems(mb, dt, n);
+      tpu_buf_t a = layout(la, ma, dt, dims), b = layout(lb, mb, dt, dims);
+      tpu_buf_t o = layout(0, mo, dt, dims), r = layout(0, mr, dt, dims);
+      tpu_op_t op = c % 2 ? TPU_OP_MUL : TPU_OP_SUB;
+      memset(mo, 0, cap);
+      memset(mr, 0, cap);
+      CHECK_OK(tpu_kernel_binary(op, (c / 4) % 3 ? &a : &b, (c / 4) % 3 ? &b : &a, &o, g_pool));
+      CHECK_OK(tpu_ref_binary(op, (c / 4) % 3 ? &a : &b, (c / 4) % 3 ? &b : &a, &r));
+      if (memcmp(mo, mr, (size_t)n * tpu_dtype_size(dt)) != 0 && bad++ < 5) {
+        fprintf(stderr, "  %s binary %s %s tile case %d differs from ref\n", v->name,
+                tpu_op_name(op), tpu_dtype_name(dt), c);
+      }
+      tpu_dtype_t cdt = dts[(c / 4) % 4];
+      size_t es = tpu_dtype_size(cdt);
+      fill_elems(ma, cdt, n);
+      tpu_buf_t x = layout(c % 4 == 3 ? 9 : la, ma, cdt, dims);
+      tpu_buf_t y = layout(c % 5 == 0 ? 6 : 0, mo, cdt, dims);
+      memset(mo, 0x55, cap);
+      CHECK_OK(tpu_kernel_copy(&x, &y, g_pool));
+      for (int64_t i = 0; i < n; i++) {
+        if (memcmp((char *)y.data + elem_off(&y, &y, i), (char *)x.data + elem_off(&x, &y, i), es) &&
+            bad++ < 5) {
+          fprintf(stderr, "  copy %s tile case %d elem %lld differs\n", tpu_dtype_name(cdt), c,
+                  (long long)i);
+        }
+      }
+    }
+  });
+  CHECK(bad == 0);
+  free(ma);
+  free(mb);
+  free(mo);
+  free(mr);
+}
+
 TEST(copy_short_rows_and_overlap) {
   static const tpu_dtype_t dts[] = {TPU_F32, TPU_BF16, TPU_F64, TPU_BOOL};
   char *mx = malloc(CAP), *mo = malloc(CAP);
   int bad = 0;
-  for (int c = 0; c < 4 * NINNER * 6; c++) {
+  for (int c = 0; c < 4 * NINNER * 9; c++) {
     tpu_dtype_t dt = dts[c % 4];
     size_t es = tpu_dtype_size(dt);
     int64_t dims[4] = {2, 3, 5, kInner[(c / 4) % NINNER]};
     fill_elems(mx, dt, CAP / 8);
     memset(mo, 0x55, CAP);
-    tpu_buf_t x = layout((c / 4 / NINNER) % 6, mx, dt, dims), o = layout(c % 3 == 0 ? 1 : 0, mo, dt, dims);
+    tpu_buf_t x = layout((c / 4 / NINNER) % 9, mx, dt, dims), o = layout(c % 3 == 0 ? 1 : 0, mo, dt, dims);
     CHECK_OK(tpu_kernel_copy(&x, &o, g_pool));
     int64_t n = dims[0] * dims[1] * dims[2] * dims[3];
     for (int64_t i = 0; i < n; i++) {
@@ -392,6 +456,7 @@ int main(void) {
   RUN(compare_rows_every_dir_layout_and_isa);
   RUN(select_rows_every_size_layout_and_isa);
   RUN(binary_rows_vs_ref_every_isa);
+  RUN(transposed_tiles_vs_ref_every_isa);
   RUN(copy_short_rows_and_overlap);
   RUN(fill_values_dtypes_and_strides);
   RUN(reduce_and_or_byte_rows_vs_ref);

@@ -2,7 +2,9 @@
  *
  * copy moves elements of one dtype between any two layouts (x may broadcast); rows
  * contiguous on both sides are copied whole (short ones inline, long or overlapping ones
- * with memmove), the rest element by element in the order that writes the output forward.
+ * with memmove; a segment of short rows in one loop without a call per row), transposed
+ * inputs (contiguous across the output's rows) by tile gathers straight into the output
+ * (ew_tile.h), the rest element by element in the order that writes the output forward.
  * fill writes one value (converted once, with the CONVERT semantics of ew_scalar.h): memset
  * when all its bytes are equal (zero), else a 64-byte pattern copied in pieces. iota writes each element's index along |dim|,
  * converted like an i64 value.
@@ -10,6 +12,7 @@
 #include <stdio.h>
 
 #include "vtpu/kernels/ew.h"
+#include "vtpu/kernels/ew_tile.h"
 
 /* ---- copy ------------------------------------------------------------------------------------ */
 
@@ -66,8 +69,50 @@ void tpu_ew_copy_row(size_t size, char *out, int64_t so, const char *in, int64_t
   }
 }
 
+/* Whether [a, a + an) and [b, b + bn) (byte ranges) are disjoint. */
+static bool disjoint(const char *a, int64_t an, const char *b, int64_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x + (uintptr_t)an <= y || y + (uintptr_t)bn <= x;
+}
+
+/* The byte span of |rows| rows of |n| elements (row step outer, element step s), and its
+ * lowest address. */
+static const char *seg_span(const char *p, int64_t s, int64_t outer, int64_t n, int64_t rows,
+                            size_t size, int64_t *bytes) {
+  int64_t lo = 0, hi = 0, e1 = (n - 1) * s, e2 = (rows - 1) * outer;
+  lo += e1 < 0 ? e1 : 0;
+  hi += e1 > 0 ? e1 : 0;
+  lo += e2 < 0 ? e2 : 0;
+  hi += e2 > 0 ? e2 : 0;
+  *bytes = hi - lo + (int64_t)size;
+  return p + lo;
+}
+
 static void copy_seg(void *arg, const tpu_ew_seg_t *s) {
   const size_t size = ((const copy_ctx *)arg)->size;
+  const int64_t es = (int64_t)size, so = s->strides[0], si = s->strides[1];
+  const bool tr = tpu_ew_tile_is_transposed(size, si, s->outer[1]);
+  /* short dense rows from 8 rows on (below, the span check costs more than it saves) */
+  const bool short_rows = si == es && s->n * es <= 512 && s->rows >= 8;
+  if ((tr || short_rows) && s->rows > 1 && so == es && s->outer[0] % es == 0) {
+    int64_t ob, ib;
+    const char *o = seg_span(s->ptrs[0], so, s->outer[0], s->n, s->rows, size, &ob);
+    const char *i = seg_span(s->ptrs[1], si, s->outer[1], s->n, s->rows, size, &ib);
+    if (disjoint(o, ob, i, ib)) {
+      if (tr) {
+        tpu_ew_tile_gather(size, s->ptrs[0], s->outer[0] / es, s->ptrs[1], s->outer[1], si,
+                           s->rows, s->n);
+        return;
+      }
+      if (short_rows) { /* no call, no checks per row */
+        for (int64_t r = 0; r < s->rows; r++) {
+          copy_short(s->ptrs[0] + r * s->outer[0], s->ptrs[1] + r * s->outer[1],
+                     (size_t)(s->n * es));
+        }
+        return;
+      }
+    }
+  }
   for (int64_t r = 0; r < s->rows; r++) {
     tpu_ew_copy_row(size, s->ptrs[0] + r * s->outer[0], s->strides[0],
                     s->ptrs[1] + r * s->outer[1], s->strides[1], s->n);

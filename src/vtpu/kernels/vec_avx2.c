@@ -75,6 +75,12 @@ static inline vi vi_xor(vi a, vi b) { return _mm256_xor_si256(a, b); }
 static inline vi vf_as_vi(vf a) { return _mm256_castps_si256(a); }
 static inline vf vi_as_vf(vi a) { return _mm256_castsi256_ps(a); }
 static inline vf vi_to_vf(vi a) { return _mm256_cvtepi32_ps(a); }
+static inline vi vf_trunc_vi(vf a) { return _mm256_cvttps_epi32(a); }
+static inline vf vf_lut16(const float *t, vi i) { /* two 8-entry permutes, bit 3 picks */
+  vf lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), i);
+  vf hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), i);
+  return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+}
 static inline vi vi_load_u16(const uint16_t *p) {
   return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
 }

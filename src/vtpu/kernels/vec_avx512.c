@@ -71,6 +71,8 @@ static inline vi vi_xor(vi a, vi b) { return _mm512_xor_si512(a, b); }
 static inline vi vf_as_vi(vf a) { return _mm512_castps_si512(a); }
 static inline vf vi_as_vf(vi a) { return _mm512_castsi512_ps(a); }
 static inline vf vi_to_vf(vi a) { return _mm512_cvtepi32_ps(a); }
+static inline vi vf_trunc_vi(vf a) { return _mm512_cvttps_epi32(a); }
+static inline vf vf_lut16(const float *t, vi i) { return _mm512_permutexvar_ps(i, _mm512_loadu_ps(t)); }
 static inline vi vi_load_u16(const uint16_t *p) {
   return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
 }

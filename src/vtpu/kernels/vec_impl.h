@@ -15,6 +15,8 @@
  *   vi_set add sub and or xor sll srl sra (by a constant), vf_as_vi, vi_as_vf (bits),
  *   vi_to_vf (value), vi_load_u16 / vi_store_u16 (zero-extend / truncate),
  *   vi_load_u32 / vi_store_u32, vi_mulhilo(a, m, &hi, &lo) (unsigned 32x32 -> 64)
+ *   vf_trunc_vi(a)             f32 -> int32 toward zero (NaN / out of range: INT32_MIN)
+ *   vf_lut16(t, i)             t[i & 15] per lane, t 16 floats
  *   optionally VEC_HAS_SCALEF and vf_scalef(y, n) = y 2^n rounded once (AVX-512 vscalefps)
  *   VEC_CAN_STREAM, vf_stream / vi_stream_u16 (non-temporal stores of one vector, aligned
  *                              to its size), vec_sfence
@@ -29,9 +31,10 @@
  *             subnormal inputs are scaled by 2^23 first.
  *   tanh      |x| < 1: x + x^3 P7(x^2); else 1 - 2t/(1+t) with t = e^(-2|x|); sign restored.
  *   logistic  t = e^(-|x|): 1/(1+t) for x >= 0, t/(1+t) below.
- *   erf       |x| < 1: x + x Q6(x^2); else 1 - e^(-x^2) R8(|x| - 2.5) (R ~ erfc(x) e^(x^2),
- *             fitted for absolute error in erfc), |x| clamped to 4 (erf = 1 in f32 from
- *             3.92); sign restored.
+ *   erf       piecewise on 16 intervals of width 1/4 (k = floor(4|x|)): |x| < 1/4:
+ *             x + x Q4(x^2); else A_k + u P4_k(u), u = 4|x| - k - 1/2, per-lane table
+ *             lookups of the coefficients (vf_lut16); |x| clamped to 4 - 1/128 (erf = 1
+ *             in f32 from 3.92); sign restored.
  * Coefficients: weighted least-squares fits toward minimax (relative error of the
  * approximated function below 1e-8 before f32 rounding), each coefficient rounded to f32
  * and the rest refitted. NaN inputs give NaN through the arithmetic itself (clamps put the
@@ -138,31 +141,51 @@ static inline vf v_logistic(vf x) {
   return vf_div(num, vf_add(t, vf_set(1.0f))); /* NaN: t is NaN */
 }
 
+/* erf on 16 intervals of |x| (width 1/4, index k = floor(4|x|), |x| clamped to 4 - 1/128
+ * where erf rounds to 1): k = 0 is x + x Q(x^2), k >= 1 is A_k + u P_k(u) with
+ * u = 4|x| - (k + 1/2) in [-1/2, 1/2); Q and P_k of degree 4, one coefficient table
+ * per power, looked up per lane. No branches and no exp. Row 0: A_k; rows 1-5: the
+ * coefficients of u^1 .. u^5 (k >= 1) or of t^0 .. t^4 in Q(t), t = x^2 (k = 0). */
+static const float kErfTab[6][16] = {
+    {0.000000000e+00f, 4.041168988e-01f, 6.232408881e-01f, 7.840750813e-01f,
+     8.883882165e-01f, 9.481700659e-01f, 9.784437418e-01f, 9.919900298e-01f,
+     9.973459840e-01f, 9.992170334e-01f, 9.997946024e-01f, 9.999521375e-01f,
+     9.999901056e-01f, 9.999982119e-01f, 9.999997020e-01f, 9.999999404e-01f},
+    {1.283791661e-01f, 2.450881898e-01f, 1.908748895e-01f, 1.311862618e-01f,
+     7.956849039e-02f, 4.258994386e-02f, 2.011806518e-02f, 8.386456408e-03f,
+     3.085205099e-03f, 1.001619385e-03f, 2.869687742e-04f, 7.255707169e-05f,
+     1.618967144e-05f, 3.187935363e-06f, 5.539800441e-07f, 8.495559456e-08f},
+    {-3.761263788e-01f, -2.297639661e-02f, -2.982404642e-02f, -2.869754843e-02f,
+     -2.237828635e-02f, -1.464027259e-02f, -8.173332550e-03f, -3.930307459e-03f,
+     -1.639421098e-03f, -5.937946262e-04f, -1.876181195e-04f, -5.189978037e-05f,
+     -1.271901510e-05f, -3.542614650e-06f, -4.110341649e-07f, 4.554659370e-07f},
+    {1.128377542e-01f, -3.669683821e-03f, -8.700488834e-04f, 1.451786258e-03f,
+     2.538340632e-03f, 2.467791317e-03f, 1.794388518e-03f, 1.053784159e-03f,
+     5.162117886e-04f, 2.145402832e-04f, 7.641183765e-05f, 2.347615191e-05f,
+     6.249785656e-06f, 1.446409556e-06f, 2.917167876e-07f, 5.136720205e-08f},
+    {-2.685899474e-02f, 6.452397211e-04f, 6.861937582e-04f, 4.406169755e-04f,
+     1.088135978e-04f, -1.178719540e-04f, -1.918654598e-04f, -1.681896829e-04f,
+     -1.014642912e-04f, -5.514638542e-05f, -2.409773151e-05f, -8.419462574e-06f,
+     -1.923425316e-06f, 2.836144859e-06f, -4.869726808e-07f, -2.167370667e-06f},
+    {5.092243664e-03f, 4.319953223e-05f, -2.592595229e-05f, -6.477881107e-05f,
+     -5.983155643e-05f, -2.996823787e-05f, -2.194040235e-06f, 1.105049978e-05f,
+     1.216473993e-05f, 8.160522157e-06f, 4.133675702e-06f, 1.685061420e-06f,
+     5.696057883e-07f, 1.622967005e-07f, 3.938973592e-08f, 8.201687329e-09f},
+};
+
 static inline vf v_erf(vf x) {
-  vf ax = v_abs(x);
-  vf x2 = vf_mul(ax, ax);
-  vf q = vf_set(7.806903159e-05f);
-  q = vf_fma(q, x2, vf_set(-7.997853099e-04f));
-  q = vf_fma(q, x2, vf_set(5.187162198e-03f));
-  q = vf_fma(q, x2, vf_set(-2.685334720e-02f));
-  q = vf_fma(q, x2, vf_set(1.128357872e-01f));
-  q = vf_fma(q, x2, vf_set(-3.761262596e-01f));
-  q = vf_fma(q, x2, vf_set(1.283791661e-01f));
-  vf small = vf_fma(ax, q, ax);
-  vf al = vf_min(vf_set(4.0f), ax); /* NaN stays NaN */
-  vf u = vf_sub(al, vf_set(2.5f));
-  vf r = vf_set(1.180004256e-04f);
-  r = vf_fma(r, u, vf_set(2.903544519e-04f));
-  r = vf_fma(r, u, vf_set(6.902031600e-04f));
-  r = vf_fma(r, u, vf_set(-5.111281062e-04f));
-  r = vf_fma(r, u, vf_set(2.351809293e-03f));
-  r = vf_fma(r, u, vf_set(-8.160659112e-03f));
-  r = vf_fma(r, u, vf_set(2.488894761e-02f));
-  r = vf_fma(r, u, vf_set(-7.434741408e-02f));
-  r = vf_fma(r, u, vf_set(2.108075917e-01f));
-  vf e = v_exp_core(v_neg(vf_mul(al, al))); /* -x^2 in [-16, 0] needs no clamp */
-  vf large = vf_fnma(e, r, vf_set(1.0f));
-  vf y = vf_sel(vf_lt(ax, vf_set(1.0f)), small, large); /* NaN: both are NaN */
+  vf ax = vf_min(vf_set(3.9921875f), v_abs(x)); /* NaN stays NaN */
+  vf s = vf_mul(ax, vf_set(4.0f));
+  vi k = vf_trunc_vi(s); /* NaN: an index whose lookups are harmless, u is NaN anyway */
+  vf u = vf_sub(s, vf_add(vi_to_vf(k), vf_set(0.5f)));
+  vm first = vf_lt(ax, vf_set(0.25f));
+  vf v = vf_sel(first, vf_mul(ax, ax), u);
+  vf p = vf_lut16(kErfTab[5], k);
+  p = vf_fma(p, v, vf_lut16(kErfTab[4], k));
+  p = vf_fma(p, v, vf_lut16(kErfTab[3], k));
+  p = vf_fma(p, v, vf_lut16(kErfTab[2], k));
+  p = vf_fma(p, v, vf_lut16(kErfTab[1], k));
+  vf y = vf_fma(vf_sel(first, ax, u), p, vf_sel(first, ax, vf_lut16(kErfTab[0], k)));
   return vf_or(y, v_sign_of(x));
 }
 

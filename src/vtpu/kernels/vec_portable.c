@@ -53,6 +53,10 @@ static inline vi vi_sra(vi a, int c) { return a < 0 ? ~(int32_t)(~(uint32_t)a >>
 static inline vi vf_as_vi(vf a) { return (int32_t)bits_of(a); }
 static inline vf vi_as_vf(vi a) { return float_of((uint32_t)a); }
 static inline vf vi_to_vf(vi a) { return (float)a; }
+static inline vi vf_trunc_vi(vf a) { /* as cvttps2dq: INT32_MIN for NaN and out of range */
+  return a > -2147483904.0f && a < 2147483648.0f ? (int32_t)a : INT32_MIN;
+}
+static inline vf vf_lut16(const float *t, vi i) { return t[i & 15]; }
 static inline vi vi_load_u16(const uint16_t *p) { return *p; }
 /* one lane: there are no partial vectors (m is always 0), so these are never reached */
 static inline vf vf_load_n(const float *p, int64_t m) { return m ? *p : 0.0f; }
