@@ -29,6 +29,10 @@ typedef enum tpu_status {
 tpu_status_t tpu_status_set(tpu_status_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Bytes of the calling thread's message buffer (longer messages are truncated); also the
+ * size of the buffers that keep a copy of one. */
+#define TPU_STATUS_MESSAGE_CAP 512
+
 /* The calling thread's last error message ("" if none). Borrowed; valid until
  * the next tpu_status_set on this thread. */
 const char *tpu_status_message(void);

@@ -9,8 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define TPU_STATUS_MESSAGE_CAP 512
-
 static _Thread_local char tls_message[TPU_STATUS_MESSAGE_CAP];
 
 tpu_status_t tpu_status_set(tpu_status_t code, const char *fmt, ...) {

@@ -70,8 +70,8 @@ static void dense_strides(const tpu_shape_t *s, int64_t *strides) {
   }
 }
 
-static view_t make_view(view_base_t base, int index, tpu_dtype_t dtype, const tpu_shape_t *shape,
-                        const int64_t *strides) {
+view_t tpu_view_make(view_base_t base, int index, tpu_dtype_t dtype, const tpu_shape_t *shape,
+                     const int64_t *strides) {
   view_t v;
   memset(&v, 0, sizeof v);
   v.base = base;
@@ -303,15 +303,16 @@ static tpu_status_t assign_written_view(compile_state_t *cs, tpu_value_t w, int 
     cshape.dims[0] = chunk_rows;
     int b = -1;
     TPU_RETURN_IF_ERROR(new_buffer_of(cs, node->dtype, &cshape, at, &b));
-    info->view = make_view(BASE_SCRATCH, b, node->dtype, &cshape, NULL);
+    info->view = tpu_view_make(BASE_SCRATCH, b, node->dtype, &cshape, NULL);
     info->buffer = b;
   } else if (o >= 0) {
     bool ostrided = tpu_graph_output_strides(cs->g, o, ostrides);
-    info->view = make_view(BASE_OUTPUT, o, node->dtype, &node->shape, ostrided ? ostrides : NULL);
+    info->view =
+        tpu_view_make(BASE_OUTPUT, o, node->dtype, &node->shape, ostrided ? ostrides : NULL);
   } else {
     int b = -1;
     TPU_RETURN_IF_ERROR(new_buffer(cs, node, at, &b));
-    info->view = make_view(BASE_SCRATCH, b, node->dtype, &node->shape, NULL);
+    info->view = tpu_view_make(BASE_SCRATCH, b, node->dtype, &node->shape, NULL);
     info->buffer = b;
   }
   info->has_view = true;
@@ -380,7 +381,9 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
     cshape.dims[0] = f->chunk_rows;
     int b = -1;
     if (f->has_pre) st = new_buffer_of(cs, x->dtype, &cshape, v, &b);
-    if (st == TPU_OK && f->has_pre) f->chunk = make_view(BASE_SCRATCH, b, x->dtype, &cshape, NULL);
+    if (st == TPU_OK && f->has_pre) {
+      f->chunk = tpu_view_make(BASE_SCRATCH, b, x->dtype, &cshape, NULL);
+    }
   }
   if (st == TPU_OK && fs->side_private) {
     f->side_private = true;
@@ -434,7 +437,7 @@ static bool reads_in_place(const compile_state_t *cs, const fuse_step_t *fs,
   }
   int64_t ostrides[TPU_MAX_RANK];
   bool ostrided = tpu_graph_output_strides(cs->g, o, ostrides);
-  view_t out = make_view(BASE_OUTPUT, o, node->dtype, &node->shape, ostrided ? ostrides : NULL);
+  view_t out = tpu_view_make(BASE_OUTPUT, o, node->dtype, &node->shape, ostrided ? ostrides : NULL);
   for (int i = 0; i < num_in; i++) {
     const value_info_t *in = &cs->values[ins[i]];
     if (!in->has_view) return false;
@@ -472,7 +475,7 @@ static tpu_status_t copy_outputs(compile_state_t *cs, const int *direct, const a
       const tpu_node_t *node = tpu_graph_node(g, v);
       int64_t ostrides[TPU_MAX_RANK];
       bool ostrided = tpu_graph_output_strides(g, o, ostrides);
-      view_t out = make_view(BASE_OUTPUT, o, node->dtype, &node->shape,
+      view_t out = tpu_view_make(BASE_OUTPUT, o, node->dtype, &node->shape,
                              ostrided ? ostrides : NULL);
       const view_t *src = &cs->values[v].view;
       bool reads_param = src->base == BASE_INPUT;
@@ -486,7 +489,7 @@ static tpu_status_t copy_outputs(compile_state_t *cs, const int *direct, const a
         int b = -1;
         st = new_buffer(cs, node, cs->n, &b);
         if (st != TPU_OK) break;
-        staged[o] = make_view(BASE_SCRATCH, b, node->dtype, &node->shape, NULL);
+        staged[o] = tpu_view_make(BASE_SCRATCH, b, node->dtype, &node->shape, NULL);
         st = push_step(cs, STEP_COPY, node, v, &staged[o], NULL, 0, src);
         continue;
       }
@@ -573,7 +576,7 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
     }
     if (node->op == TPU_OP_PARAMETER) {
       const tpu_param_attrs_t *p = &node->attrs.param;
-      info->view = make_view(BASE_INPUT, p->index, node->dtype, &node->shape,
+      info->view = tpu_view_make(BASE_INPUT, p->index, node->dtype, &node->shape,
                              p->strided ? p->strides : NULL);
       info->has_view = true;
       direct[v] = -1;
@@ -611,14 +614,14 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
     int64_t ostrides[TPU_MAX_RANK];
     bool ostrided = o >= 0 && tpu_graph_output_strides(g, o, ostrides);
     if (o >= 0 && (!ostrided || writes_strided_output(head ? head->op : node->op))) {
-      info->view = make_view(BASE_OUTPUT, o, node->dtype, &node->shape,
+      info->view = tpu_view_make(BASE_OUTPUT, o, node->dtype, &node->shape,
                              ostrided ? ostrides : NULL);
     } else {
       direct[v] = -1;
       int b = -1;
       st = new_buffer(cs, node, v, &b);
       if (st != TPU_OK) break;
-      info->view = make_view(BASE_SCRATCH, b, node->dtype, &node->shape, NULL);
+      info->view = tpu_view_make(BASE_SCRATCH, b, node->dtype, &node->shape, NULL);
       info->buffer = b;
     }
     info->has_view = true;

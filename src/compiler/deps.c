@@ -295,17 +295,8 @@ tpu_status_t tpu_deps_build(tpu_executable_t *exe, const deps_outputs_t *outs) {
                               "deps", (void **)&exe->deps.out_range);
   }
   for (int o = 0; st == TPU_OK && o < exe->num_outputs; o++) {
-    view_t v;
-    memset(&v, 0, sizeof v);
-    v.base = BASE_OUTPUT;
-    v.dtype = exe->out_dtypes[o];
-    v.rank = exe->out_shapes[o].rank;
-    int64_t stride = 1;
-    for (int d = v.rank - 1; d >= 0; d--) {
-      v.dims[d] = exe->out_shapes[o].dims[d];
-      v.strides[d] = exe->out_strided[o] ? exe->out_strides[o][d] : stride;
-      stride *= v.dims[d];
-    }
+    view_t v = tpu_view_make(BASE_OUTPUT, o, exe->out_dtypes[o], &exe->out_shapes[o],
+                             exe->out_strided[o] ? exe->out_strides[o] : NULL);
     tpu_view_byte_range(&v, &exe->deps.out_range[o][0], &exe->deps.out_range[o][1]);
   }
   state_free(&s);

@@ -29,6 +29,11 @@ typedef struct view {
   int64_t strides[TPU_MAX_RANK]; /* elements; 0 = broadcast, < 0 = reversed */
 } view_t;
 
+/* A view of a whole |shape| at |base| |index|: |strides| (elements), or dense row-major
+ * strides when NULL (compile.c). */
+view_t tpu_view_make(view_base_t base, int index, tpu_dtype_t dtype, const tpu_shape_t *shape,
+                     const int64_t *strides);
+
 typedef enum step_kind { STEP_NODE, STEP_COPY, STEP_FUSED } step_kind_t;
 
 /* A fused step (fuse.c): an optional head (REDUCE, DOT_GENERAL or CONVOLUTION; its

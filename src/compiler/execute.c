@@ -332,7 +332,7 @@ tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *out
                     : s->kind == STEP_FUSED ? run_fused(s, ins, &out, inputs, outputs, scratch, pool)
                                             : run_node(s, ins, &out, pool);
   if (st != TPU_OK) {
-    char msg[512];
+    char msg[TPU_STATUS_MESSAGE_CAP];
     snprintf(msg, sizeof msg, "%s", tpu_status_message());
     return tpu_status_set(st, "%s (node %d): %s", tpu_op_printed_name(s->op), (int)s->node,
                           msg);

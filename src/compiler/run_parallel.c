@@ -41,7 +41,7 @@ typedef struct run_ctx {
   atomic_int done;
   atomic_int failed;     /* 0, or 1 once a step failed (the first one wrote |error|) */
   tpu_status_t error;
-  char message[512];     /* the first error's message (status.c keeps 512 bytes) */
+  char message[TPU_STATUS_MESSAGE_CAP]; /* the first error's message */
 } run_ctx_t;
 
 static void publish(run_ctx_t *c, int step) {

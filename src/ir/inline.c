@@ -49,7 +49,8 @@ tpu_status_t tpu_graph_inline(tpu_graph_t *dst, const tpu_graph_t *src,
       ops[i] = out_values[n->operands[i]];
       if (ops[i] == TPU_NO_VALUE) {
         return tpu_ir_fail(dst, TPU_ERR_INVALID_ARGUMENT,
-                           "inline: %s (node %d) reads an unbound parameter", tpu_op_name(n->op), v);
+                           "inline: %s (node %d) reads an unbound parameter",
+                           tpu_op_name(n->op), v);
       }
     }
     tpu_node_t copy = *n;

@@ -26,7 +26,7 @@ static struct {
   pthread_mutex_t mu;
   bool attempted;              /* an init ran since the last shutdown */
   tpu_status_t status;         /* its result */
-  char message[512];           /* its message when it failed */
+  char message[TPU_STATUS_MESSAGE_CAP]; /* its message when it failed */
   tpu_runtime_config_t config; /* valid when attempted and status == TPU_OK */
   tpu_device_t *devices[TPU_MAX_CHIPS];
   int count;
@@ -282,7 +282,7 @@ tpu_status_t tpu_runtime_synchronize_all(void) {
   for (int i = 0; i < count; i++) streams[i] = g_rt.devices[i]->stream;
   pthread_mutex_unlock(&g_rt.mu);
   tpu_status_t first = TPU_OK;
-  char message[512] = "";
+  char message[TPU_STATUS_MESSAGE_CAP] = "";
   for (int i = 0; i < count; i++) {
     tpu_status_t st = tpu_stream_synchronize(streams[i]);
     if (st != TPU_OK && first == TPU_OK) {

@@ -20,9 +20,6 @@
 #include <string.h>
 #include <time.h>
 
-#define STREAM_MESSAGE_CAP 512
-
-
 typedef enum node_kind { NODE_TASK, NODE_RECORD, NODE_WAIT } node_kind_t;
 
 typedef struct stream_node {
@@ -47,7 +44,7 @@ struct tpu_stream {
   bool worker_sleeping;     /* the worker waits on work_cv: only then pushes signal */
   bool stopping;
   tpu_status_t error;       /* first error since the last synchronize */
-  char error_message[STREAM_MESSAGE_CAP];
+  char error_message[TPU_STATUS_MESSAGE_CAP];
   pthread_t thread;
 };
 
@@ -93,7 +90,7 @@ static void run_task(tpu_stream_t *s, stream_node_t *n) {
   tpu_status_t st = n->task.run(n->task.arg);
   if (st != TPU_OK) {
     /* Capture the message on this thread before anything else can overwrite it. */
-    char msg[STREAM_MESSAGE_CAP];
+    char msg[TPU_STATUS_MESSAGE_CAP];
     const char *m = tpu_status_message();
     snprintf(msg, sizeof(msg), "%s", m[0] ? m : tpu_status_name(st));
     pthread_mutex_lock(&s->mu);
@@ -249,7 +246,7 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t *stream, const tpu_task_t *task) {
 }
 
 tpu_status_t tpu_stream_synchronize(tpu_stream_t *stream) {
-  char msg[STREAM_MESSAGE_CAP];
+  char msg[TPU_STATUS_MESSAGE_CAP];
   pthread_mutex_lock(&stream->mu);
   uint64_t target = stream->enqueued;
   while (stream->completed < target) pthread_cond_wait(&stream->done_cv, &stream->mu);
