@@ -102,6 +102,19 @@ static int in_place_vs_reference(const tpu_graph_t *g, const tpu_executable_t *e
 }
 
 /* p = p - lr * g: params (p, g, lr), output 0 over p. */
+/* Checks that the three compilations of |g| compute its reference result in place, then
+ * releases them. */
+static void check_and_release(const tpu_graph_t *g, const int32_t *alias,
+                              tpu_executable_t *coarse, tpu_executable_t *exact,
+                              tpu_executable_t *unfused) {
+  CHECK(in_place_vs_reference(g, coarse, alias) == 0);
+  CHECK(in_place_vs_reference(g, exact, alias) == 0);
+  CHECK(in_place_vs_reference(g, unfused, alias) == 0);
+  tpu_executable_release(coarse);
+  tpu_executable_release(exact);
+  tpu_executable_release(unfused);
+}
+
 static tpu_graph_t *sgd(void) {
   tpu_graph_t *g = ir_graph();
   tpu_shape_t s = SHAPE(ROWS, COLS);
@@ -126,12 +139,7 @@ TEST(sgd_update_is_one_kernel_without_copy) {
     CHECK(num_copies(unfused) == 0); /* MUL into scratch, SUB straight into p */
     CHECK(tpu_executable_num_kernels(unfused) == 2);
   }
-  CHECK(in_place_vs_reference(g, coarse, alias) == 0);
-  CHECK(in_place_vs_reference(g, exact, alias) == 0);
-  CHECK(in_place_vs_reference(g, unfused, alias) == 0);
-  tpu_executable_release(coarse);
-  tpu_executable_release(exact);
-  tpu_executable_release(unfused);
+  check_and_release(g, alias, coarse, exact, unfused);
   tpu_graph_destroy(g);
 }
 
@@ -299,12 +307,7 @@ TEST(adamw_updates_three_tensors_in_place) {
     CHECK(tpu_executable_num_kernels(exact) == tpu_executable_num_kernels(coarse) - 3);
     CHECK(num_copies(unfused) == 0);
   }
-  CHECK(in_place_vs_reference(g, coarse, alias) == 0);
-  CHECK(in_place_vs_reference(g, exact, alias) == 0);
-  CHECK(in_place_vs_reference(g, unfused, alias) == 0);
-  tpu_executable_release(coarse);
-  tpu_executable_release(exact);
-  tpu_executable_release(unfused);
+  check_and_release(g, alias, coarse, exact, unfused);
   tpu_graph_destroy(g);
 }
 
