@@ -8,7 +8,8 @@
  *   A  k contiguous: (M, Q) pairs, row by row (a row's bf16 values are its pairs);
  *      M contiguous: (Q, M) pairs, source rows k and k+1 interleaved;
  *   B  N contiguous: (Q, N) pairs, rows k and k+1 interleaved;
- *      k contiguous: (N, Q) pairs row by row, then gathered into (Q, N).
+ *      k contiguous: (N, Q) pairs row by row, then transposed into (Q, N) (in registers
+ *      for Q <= 8, e.g. head dim 16; with gathers above).
  * Q counts packed k steps exactly as the blocked path does (gemm_kernels.h): pass-major,
  * each pass's K rounded up to even with a zero. A register-blocked kernel keeps R rows x
  * 16 or 32 columns of C in zmm accumulators (R <= 28 or 14; M is split into near-equal
@@ -39,30 +40,30 @@ typedef struct small_ctx {
 
 /* ---- conversion into bf16 pairs ------------------------------------------------------------ */
 
-/* W rows (element stride |ws| between rows), each K contiguous values, into (W, SM_MAXQ)
- * u32 pairs: row w's u16 entries p * kpass + k for every pass p (zero for k >= K). */
+/* W rows (element stride |ws| between rows), each K contiguous values, into (W, rs) u32
+ * pairs: row w's u16 entries p * kpass + k for every pass p (zero for k >= K). */
 TPU_AVX512BF16 static void pairs_by_row(const char *base, tpu_dtype_t dt, int64_t ws, int64_t W,
                                         int64_t K, int64_t kpass, int passes, const int8_t *comp,
-                                        uint32_t *dst) {
+                                        uint32_t *dst, int64_t rs) {
   int64_t es = (int64_t)tpu_dtype_size(dt);
   if (dt == TPU_F32 && passes == 1 && comp[0] == 0) { /* one DEFAULT pass: 32 values a step */
     const float *f = (const float *)(const void *)base;
-    for (int64_t w = 0; w < W; w++) {
-      const float *row = f + w * ws;
-      uint16_t *d = (uint16_t *)(void *)(dst + w * SM_MAXQ);
-      for (int64_t k = 0; k < kpass; k += 32) {
-        __m512 lo = _mm512_maskz_loadu_ps(first_n((int)(K - k)), row + k);
-        __m512 hi = _mm512_maskz_loadu_ps(first_n((int)(K - k - 16)), row + k + 16);
-        int left = (int)(kpass - k);
-        __mmask32 m = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1u);
-        _mm512_mask_storeu_epi16(d + k, m, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    for (int64_t k = 0; k < kpass; k += 32) {
+      __mmask16 mlo = first_n((int)(K - k)), mhi = first_n((int)(K - k - 16));
+      int left = (int)(kpass - k);
+      __mmask32 m = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1u);
+      for (int64_t w = 0; w < W; w++) {
+        const float *row = f + w * ws + k;
+        __m512 lo = _mm512_maskz_loadu_ps(mlo, row), hi = _mm512_maskz_loadu_ps(mhi, row + 16);
+        _mm512_mask_storeu_epi16((uint16_t *)(void *)(dst + w * rs) + k, m,
+                                 (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
       }
     }
     return;
   }
   for (int64_t w = 0; w < W; w++) {
     const char *row = base + w * ws * es;
-    uint16_t *d = (uint16_t *)(void *)(dst + w * SM_MAXQ);
+    uint16_t *d = (uint16_t *)(void *)(dst + w * rs);
     for (int p = 0; p < passes; p++) {
       for (int64_t k = 0; k < kpass; k += 16) {
         int n = K - k >= 16 ? 16 : (int)(K - k);
@@ -107,6 +108,44 @@ TPU_AVX512 static void transpose_pairs(const uint32_t *t, int64_t N, int64_t Q, 
       __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
                                               t + j * SM_MAXQ + q, 4);
       _mm512_storeu_si512(dst + q * SM_MAXN + j, v);
+    }
+  }
+}
+
+/* (N, 8) pairs (rows of 8 contiguous, zeros past Q and N up to a multiple of 16 rows)
+ * into (Q, SM_MAXN) for Q <= 8: each 16 x 8 block transposed in registers by three
+ * rounds of two-source permutes (rows of 4 -> 8 -> 16 per q). */
+TPU_AVX512 static void transpose_pairs8(const uint32_t *t, int64_t N, int64_t Q, uint32_t *dst) {
+  static const int32_t k1[2][16] = { /* (q 0-3 | 4-7) x rows 0-3 of two registers */
+      {0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27},
+      {4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31}};
+  static const int32_t k2[2][16] = { /* q pair (0 | 1) of 4 x rows 0-3, 4-7 */
+      {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23},
+      {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31}};
+  static const int32_t k3[2][16] = { /* q (0 | 1) of 2 x rows 0-7, 8-15 */
+      {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+      {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}};
+  __m512i i1[2], i2[2], i3[2];
+  for (int h = 0; h < 2; h++) {
+    i1[h] = _mm512_loadu_si512(k1[h]);
+    i2[h] = _mm512_loadu_si512(k2[h]);
+    i3[h] = _mm512_loadu_si512(k3[h]);
+  }
+  for (int64_t j0 = 0; j0 < N; j0 += 16) {
+    __m512i r[8], x[8], ylo[4], yhi[4];
+    for (int m = 0; m < 8; m++) r[m] = _mm512_loadu_si512(t + j0 * 8 + 16 * m);
+    for (int p = 0; p < 4; p++) { /* x[2p + qb]: q 4qb..4qb+3 of rows 4p..4p+3 */
+      x[2 * p] = _mm512_permutex2var_epi32(r[2 * p], i1[0], r[2 * p + 1]);
+      x[2 * p + 1] = _mm512_permutex2var_epi32(r[2 * p], i1[1], r[2 * p + 1]);
+    }
+    for (int c = 0; c < 4; c++) { /* q 2c, 2c+1 of rows 0-7 and 8-15 */
+      int qb = c / 2, h = c % 2;
+      ylo[c] = _mm512_permutex2var_epi32(x[qb], i2[h], x[2 + qb]);
+      yhi[c] = _mm512_permutex2var_epi32(x[4 + qb], i2[h], x[6 + qb]);
+    }
+    for (int64_t q = 0; q < Q; q++) {
+      _mm512_storeu_si512(dst + q * SM_MAXN + j0,
+                          _mm512_permutex2var_epi32(ylo[q / 2], i3[q % 2], yhi[q / 2]));
     }
   }
 }
@@ -188,6 +227,7 @@ static void small_batches(void *arg, int64_t b0, int64_t b1) {
   _Alignas(64) uint32_t apk[SM_MAXM * SM_MAXQ];  /* (M, Q) or (Q, M) pairs */
   _Alignas(64) uint32_t bpk[SM_MAXQ * SM_MAXN];  /* (Q, N) pairs */
   _Alignas(64) uint32_t bt[SM_MAXN * SM_MAXQ];   /* (N, Q) pairs before the transpose */
+  if (x->b_kc && x->Q <= 8) memset(bt, 0, SM_MAXN * 8 * sizeof(uint32_t)); /* zero past Q, N */
   _Alignas(64) float tile[SM_MAXM * SM_MAXN];    /* (M, N) C when not direct */
   int NV = x->N > 16 ? 2 : 1;
   int rmax = NV == 2 ? 14 : 28;
@@ -199,14 +239,18 @@ static void small_batches(void *arg, int64_t b0, int64_t b1) {
     const char *bsrc = at(&g->b, tpu_gemm_axis_offset(&g->b.batch, b));
     if (x->a_kc) {
       pairs_by_row(a, g->a.dtype, g->a.rows.stride, x->M, x->K, x->kpass, x->passes,
-                   g->plan.a_comp, apk);
+                   g->plan.a_comp, apk, SM_MAXQ);
     } else {
       pairs_by_k(a, g->a.dtype, g->a.cols.stride, x->M, x->K, x->kpass, x->passes, g->plan.a_comp,
                  apk, SM_MAXM);
     }
-    if (x->b_kc) {
+    if (x->b_kc && x->Q <= 8) {
       pairs_by_row(bsrc, g->b.dtype, g->b.cols.stride, x->N, x->K, x->kpass, x->passes,
-                   g->plan.b_comp, bt);
+                   g->plan.b_comp, bt, 8);
+      transpose_pairs8(bt, x->N, x->Q, bpk);
+    } else if (x->b_kc) {
+      pairs_by_row(bsrc, g->b.dtype, g->b.cols.stride, x->N, x->K, x->kpass, x->passes,
+                   g->plan.b_comp, bt, SM_MAXQ);
       transpose_pairs(bt, x->N, x->Q, bpk);
     } else {
       pairs_by_k(bsrc, g->b.dtype, g->b.rows.stride, x->N, x->K, x->kpass, x->passes,
