@@ -10,6 +10,8 @@
  *   gather  otherwise: blocks of TPU_RED_BLOCK consecutive sequence elements, converted
  *           into a scratch block (f32, f64 or i64; AND/OR are bitwise on integers, on
  *           0/1 truth values for bool and floats).
+ * One short contiguous f32 line per output (under 128 elements: softmax and layer-norm
+ * rows) goes to the ISA's rows_f32 up to 16 rows at a time, which returns row_f32's bits.
  * AND/OR over one contiguous line of bytes per output (bool, i8, u8) skip the blocks and
  * fold the line eight bytes at a time (exact, so the result is the same).
  * Leaf values are combined as a binary-counter tree (pairwise summation), so an f32 sum of
