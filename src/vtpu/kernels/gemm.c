@@ -17,6 +17,7 @@
  * over images) is packed once. C tiles go straight to the output when it is f32 with unit
  * column stride; otherwise a task accumulates into an f32 scratch tile and rounds it once
  * into C at the end. Packed panels and scratch tiles live in a per-thread workspace.
+ * Batches of small matrices on AVX512-BF16 skip all this for gemm_small_avx512.c.
  */
 #include "gemm.h"
 
@@ -553,8 +554,21 @@ tpu_status_t tpu_gemm_run(const tpu_gemm_t *g, tpu_pool_t *pool) {
   return tpu_gemm_run_kernel(g, pick_kernel(g->plan.mode), pool);
 }
 
+static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
+                               tpu_pool_t *pool, bool allow_small);
+
 tpu_status_t tpu_gemm_run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
                                  tpu_pool_t *pool) {
+  return run_kernel(g, kern, pool, true);
+}
+
+tpu_status_t tpu_gemm_run_blocked(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
+                                  tpu_pool_t *pool) {
+  return run_kernel(g, kern, pool, false);
+}
+
+static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
+                               tpu_pool_t *pool, bool allow_small) {
   TPU_RETURN_IF_ERROR(gemm_check(g));
   if (!kern->ukernel || kern->mr > GEMM_MAX_WIDTH || kern->nr > GEMM_MAX_WIDTH ||
       kern->mc % kern->mr != 0 || kern->nc % kern->nr != 0 || kern->kc < 1) {
@@ -583,6 +597,8 @@ tpu_status_t tpu_gemm_run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *k
     }
     return TPU_OK;
   }
+
+  if (allow_small && tpu_gemm_small_run(g, kern, pool)) return TPU_OK;
 
   gemm_ctx x;
   memset(&x, 0, sizeof x);

@@ -34,7 +34,8 @@
  *    Kernels by CPU (tpu_cpu_features, TORCHTPU_ISA): bf16 passes on AVX512-BF16 use
  *    vdpbf16ps (32 MAC per instruction); exact f32 and CPUs without BF16 use an f32 FMA
  *    micro-kernel (AVX-512, AVX2, or portable C) on bf16 components widened to f32,
- *    which gives the same products. A thread that runs GEMMs keeps its last packing
+ *    which gives the same products. Batches of small matrices (attention's 32 x 32 x 16)
+ *    on AVX512-BF16 skip the panels for a direct path with the same bits. A thread that runs GEMMs keeps its last packing
  *    workspace (up to 32 MiB) for the next call; it is freed when the thread exits.
  */
 #ifndef TPU_VTPU_KERNELS_GEMM_H

@@ -91,6 +91,17 @@ extern const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16; /* BF16 format, vdpb
 tpu_status_t tpu_gemm_run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
                                  tpu_pool_t *pool);
 
+/* tpu_gemm_run_kernel without the small-matrix path (tests compare the two bit for bit). */
+tpu_status_t tpu_gemm_run_blocked(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
+                                  tpu_pool_t *pool);
+
+/* The small-matrix path (gemm_small_avx512.c): runs |g| when |kern| is the AVX512-BF16
+ * kernel, the CPU has it, and g is small (bf16 passes, M <= 64, N <= 32, at most 64
+ * packed k steps, f32 or bf16 A and B each with a unit stride along one of its two dims,
+ * affine); false, with nothing written, otherwise. The same bits as the blocked path.
+ * Called by tpu_gemm_run_kernel after its checks (sizes consistent, K > 0). */
+bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern, tpu_pool_t *pool);
+
 /* Whether the compiler could build the x86 kernels (false elsewhere: portable only). */
 bool tpu_gemm_have_x86_kernels(void);
 

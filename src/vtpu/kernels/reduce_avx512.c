@@ -2,7 +2,8 @@
  *
  * Compiled for AVX-512 with a target pragma (the rest of the library stays baseline x86-64)
  * and only called when tpu_cpu_features() reports avx512f (+bw, vl, dq).
- * Rows: 8 zmm accumulators (128 f32 lanes) per block, folded as a tree. MAX/MIN track NaN
+ * Rows: 8 zmm accumulators (128 f32 lanes) per block, folded as a tree; short rows 16 at a
+ * time with their horizontal folds done together (same bits). MAX/MIN track NaN
  * with an unordered-compare mask, since vmaxps/vminps do not propagate NaN.
  * Columns: a tile of up to 128 columns lives in 8 zmm registers while rows stream by;
  * wider tiles accumulate row by row into the acc array (L1-resident), reading x in order.
@@ -104,6 +105,88 @@ static inline __m512 ldm_bf16(const uint16_t *p, __mmask16 m) {
 
 ROW_KERNEL(row_f32, float, ld_f32, ldm_f32, MAIN_F32)
 ROW_KERNEL(row_bf16, uint16_t, ld_bf16, ldm_bf16, MAIN_BF16)
+
+/* Short rows (n < 128), up to 16 at a time. Each row's 16-lane partial is ROW_BODY's
+ * exactly (no main loop below 128; the same ops on the same identity registers). The 16
+ * horizontal folds then run together as one transpose-and-fold: _mm512_reduce_*_ps folds
+ * upper 8 lanes op lower 8, upper 4 op lower 4, lane j op lane j + 2, lane 0 op lane 1
+ * (operands in that order, which matters for MAX/MIN of +0 and -0), and so does each
+ * level here with two rows' lanes side by side in a register: 15 vector ops and 30
+ * shuffles for 16 rows instead of 16 dependent chains. */
+#define RFOLD_SUM(a, b) _mm512_add_ps((a), (b))
+#define RFOLD_PROD(a, b) _mm512_mul_ps((a), (b))
+#define RFOLD_MAX(a, b) _mm512_max_ps((a), (b))
+#define RFOLD_MIN(a, b) _mm512_min_ps((a), (b))
+#define ROWS_BODY(OP, NANCHK, FOLD)                                                    \
+  {                                                                                    \
+    __m512 v[16];                                                                      \
+    uint32_t nanrows = 0;                                                              \
+    for (int r = 0; r < 16; r++) {                                                     \
+      if (r >= nrows) {                                                                \
+        v[r] = id;                                                                     \
+        continue;                                                                      \
+      }                                                                                \
+      const float *xr = x + r * ld;                                                    \
+      __m512 a0 = id, a1 = id;                                                         \
+      __mmask16 nanm = 0;                                                              \
+      int64_t i = 0;                                                                   \
+      for (; i + 16 <= n; i += 16) {                                                   \
+        __m512 t = ld_f32(xr + i);                                                     \
+        NANCHK(t);                                                                     \
+        a0 = OP(a0, t);                                                                \
+      }                                                                                \
+      if (i < n) {                                                                     \
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);                               \
+        __m512 t = _mm512_mask_blend_ps(m, id, ldm_f32(xr + i, m));                    \
+        NANCHK(t);                                                                     \
+        a1 = OP(a1, t);                                                                \
+      }                                                                                \
+      __m512 a2 = OP(id, id), a3 = OP(id, id);                                         \
+      a0 = OP(a0, id); a1 = OP(a1, id);                                                \
+      a0 = OP(a0, a2); a1 = OP(a1, a3); a0 = OP(a0, a1);                               \
+      (void)nanm;                                                                      \
+      if (nanm) nanrows |= 1u << r;                                                    \
+      v[r] = a0;                                                                       \
+    }                                                                                  \
+    __m512 s[8], q[4], w[2];                                                           \
+    for (int k = 0; k < 8; k++) { /* rows 2k, 2k+1: lanes 8..15 op 0..7 */            \
+      s[k] = FOLD(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE),                  \
+                  _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44));                 \
+    }                                                                                  \
+    for (int k = 0; k < 4; k++) { /* 128-bit chunk c: row 4k + c, lanes 4..7 op 0..3 */ \
+      q[k] = FOLD(_mm512_shuffle_f32x4(s[2 * k], s[2 * k + 1], 0xDD),                  \
+                  _mm512_shuffle_f32x4(s[2 * k], s[2 * k + 1], 0x88));                 \
+    }                                                                                  \
+    for (int k = 0; k < 2; k++) { /* lane j op lane j + 2 */                           \
+      w[k] = FOLD(_mm512_shuffle_ps(q[2 * k], q[2 * k + 1], 0x44),                     \
+                  _mm512_shuffle_ps(q[2 * k], q[2 * k + 1], 0xEE));                    \
+    }                                                                                  \
+    /* lane 0 op lane 1; lane 4c + t then holds row c + 4t */                          \
+    __m512 f = FOLD(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD)); \
+    f = _mm512_permutexvar_ps(                                                         \
+        _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), f);    \
+    f = _mm512_mask_mov_ps(f, (__mmask16)nanrows, _mm512_set1_ps(NAN));                \
+    if (os == 1) {                                                                     \
+      _mm512_mask_storeu_ps(out, (__mmask16)((1u << nrows) - 1u), f);                 \
+    } else {                                                                           \
+      float res[16];                                                                   \
+      _mm512_storeu_ps(res, f);                                                        \
+      for (int r = 0; r < nrows; r++) out[r * os] = res[r];                            \
+    }                                                                                  \
+    return;                                                                            \
+  }
+
+static void rows_f32(tpu_reduce_kind_t kind, const float *x, int64_t ld, int nrows, int64_t n,
+                     float *out, int64_t os) {
+  const __m512 id = _mm512_set1_ps(tpu_reduce_identity_f32(kind));
+  switch (kind) {
+    case TPU_REDUCE_SUM: ROWS_BODY(OP_SUM, NAN_NONE, RFOLD_SUM)
+    case TPU_REDUCE_PROD: ROWS_BODY(OP_PROD, NAN_NONE, RFOLD_PROD)
+    case TPU_REDUCE_MAX: ROWS_BODY(OP_MAX, NAN_TRACK, RFOLD_MAX)
+    case TPU_REDUCE_MIN: ROWS_BODY(OP_MIN, NAN_TRACK, RFOLD_MIN)
+    default: return;
+  }
+}
 
 /* Columns, full 128-wide tile: acc in 8 named registers, one NaN mask per register. */
 #define COL_LOAD_ACC(k) __m512 a##k = _mm512_loadu_ps(acc + 16 * (k)); __mmask16 n##k = 0;
@@ -231,6 +314,7 @@ static const tpu_reduce_isa_t kAvx512 = {
     .name = "avx512",
     .row_f32 = row_f32,
     .row_bf16 = row_bf16,
+    .rows_f32 = rows_f32,
     .col_f32 = col_f32,
     .col_bf16 = col_bf16,
     .f16_to_f32 = f16_to_f32,

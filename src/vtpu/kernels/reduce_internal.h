@@ -37,6 +37,11 @@ typedef struct tpu_reduce_isa {
   /* x[0] op x[1] op ... op x[n-1], 1 <= n <= TPU_RED_BLOCK (any order within the block). */
   float (*row_f32)(tpu_reduce_kind_t kind, const float *x, int64_t n);
   float (*row_bf16)(tpu_reduce_kind_t kind, const uint16_t *x, int64_t n);
+  /* out[r * os] = row_f32(kind, x + r * ld, n) bit for bit, for r < nrows (1 <= nrows <=
+   * 16) and short rows (1 <= n < 128): the rows' horizontal folds run together. NULL where
+   * an ISA has none (callers then go row by row). */
+  void (*rows_f32)(tpu_reduce_kind_t kind, const float *x, int64_t ld, int nrows, int64_t n,
+                   float *out, int64_t os);
   /* acc[j] = acc[j] op x[i * ld + j] for i = 0 .. rows-1 in order, j < w (any w >= 1;
    * up to 128 columns stay in registers, wider tiles read x row by row). */
   void (*col_f32)(tpu_reduce_kind_t kind, const float *x, int64_t ld, int64_t rows,

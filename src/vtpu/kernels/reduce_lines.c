@@ -10,6 +10,8 @@
  *   gather  otherwise: blocks of TPU_RED_BLOCK consecutive sequence elements, converted
  *           into a scratch block (f32, f64 or i64; AND/OR are bitwise on integers, on
  *           0/1 truth values for bool and floats).
+ * One short contiguous f32 line per output (under 128 elements: softmax and layer-norm
+ * rows) goes to the ISA's rows_f32 up to 16 rows at a time, which returns row_f32's bits.
  * AND/OR over one contiguous line of bytes per output (bool, i8, u8) skip the blocks and
  * fold the line eight bytes at a time (exact, so the result is the same).
  * Leaf values are combined as a binary-counter tree (pairwise summation), so an f32 sum of
@@ -339,6 +341,23 @@ static void outputs_task(void *ctx, int64_t begin, int64_t end) {
      * is the result, stored directly (the same value the general path computes) */
     const float *x = p->x->data;
     float *out = p->out->data;
+    if (p->isa->rows_f32 && e->n0 < 128 && p->kept.rank >= 1) {
+      /* up to 16 rows per call along the innermost kept dim (the same values) */
+      int d = p->kept.rank - 1;
+      int64_t sx = p->kept.strides[0][d], so = p->kept.strides[1][d];
+      for (int64_t o = begin; o < end;) {
+        int64_t run = p->kept.dims[d] - pos.idx[d];
+        int k = (int)(run < 16 ? run : 16);
+        if (k > end - o) k = (int)(end - o);
+        p->isa->rows_f32(p->kind, x + pos.off[0], sx, k, e->n0, out + pos.off[1], so);
+        o += k;
+        pos.idx[d] += k - 1;
+        pos.off[0] += (k - 1) * sx;
+        pos.off[1] += (k - 1) * so;
+        tpu_loop_step(&p->kept, p->kept.rank, &pos);
+      }
+      return;
+    }
     for (int64_t o = begin; o < end; o++) {
       out[pos.off[1]] = p->isa->row_f32(p->kind, x + pos.off[0], e->n0);
       tpu_loop_step(&p->kept, p->kept.rank, &pos);
