@@ -365,9 +365,33 @@ void flush_locked(Pending &p, const char *reason) {
 
 using namespace fused;
 
+namespace {
+thread_local int t_record_scopes = 0;  // RecordScopes alive on this thread
+}  // namespace
+
 bool recording(c10::DeviceIndex index) {
+  if (t_record_scopes > 0) return true;
   if (g_capturing.load(std::memory_order_relaxed) > 0 && pending(index).capturing) return true;
   return eager_mode() == EagerMode::Fused;
+}
+
+RecordScope::RecordScope(c10::DeviceIndex index, const char *reason)
+    : index_(index), reason_(reason) {
+  t_record_scopes++;
+}
+
+void RecordScope::finish() {
+  if (!open_) return;
+  open_ = false;
+  if (--t_record_scopes > 0 || recording(index_)) return;  // the enclosing mode flushes
+  flush_pending(index_, reason_);
+}
+
+RecordScope::~RecordScope() {
+  try {
+    finish();
+  } catch (...) {  // only on an exception's way out: that exception is the one reported
+  }
 }
 
 void record_op(c10::Device device, const std::string &name, const std::vector<unsigned char> &key,

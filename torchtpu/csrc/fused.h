@@ -52,6 +52,25 @@ void flush_pending(int index, const char *reason);
 // Flushes |t|'s chip if the pending graph reads or writes |t|'s storage.
 void flush_if_pending(const at::Tensor &t, const char *reason);
 
+// While a RecordScope lives, the calling thread's ops are recorded whatever the eager mode,
+// so a composite kernel (fused AdamW) becomes one program. finish() ends the scope: when
+// the outermost scope ends in strict or debug mode it flushes the pending graph of |index|
+// (|reason| in the statistics). A scope left by an exception flushes what was recorded,
+// as strict mode would already have run it, and lets the exception propagate.
+class RecordScope {
+ public:
+  RecordScope(c10::DeviceIndex index, const char *reason);
+  ~RecordScope();
+  void finish();
+  RecordScope(const RecordScope &) = delete;
+  RecordScope &operator=(const RecordScope &) = delete;
+
+ private:
+  c10::DeviceIndex index_;
+  const char *reason_;
+  bool open_ = true;
+};
+
 // ---- compile mode -----------------------------------------------------------------------
 // capture_begin flushes, makes |inputs| the first parameters of the chip's pending graph,
 // then records every op on chip |index| until capture_end, which
