@@ -1,12 +1,38 @@
-"""Adam/AdamW with fused=True on tpu: the native _fused_adam(w)_ kernel against PyTorch's CPU
-fused kernel on the same tensors, its launches (one program per step in strict mode), and
-a fused step under torch.compile."""
+"""The optimizers' kernels on tpu: torch._foreach_* ops (one program each) and Adam/AdamW with
+fused=True (the native _fused_adam(w)_ kernel) against PyTorch's CPU kernels on the same
+tensors, their launches per optimizer step, and a fused step under torch.compile."""
 import pytest
 import torch
 
 import torchtpu
 import torchtpu.report as report
 from conftest import no_fallback
+
+
+@pytest.mark.parametrize("name,call", [
+    ("add_ scalar", lambda xs, ys: torch._foreach_add_(xs, 1.5)),
+    ("mul list", lambda xs, ys: torch._foreach_mul(xs, ys)),
+    ("lerp_", lambda xs, ys: torch._foreach_lerp_(xs, ys, 0.25)),
+    ("addcdiv_ scalar list", lambda xs, ys: torch._foreach_addcdiv_(xs, ys, ys, [0.1, 0.2, 0.3])),
+    ("exp", lambda xs, ys: torch._foreach_exp(ys)),
+    ("norm", lambda xs, ys: torch._foreach_norm(xs)),
+])
+def test_foreach_op_is_one_program(name, call):
+    def inputs(device):
+        g = torch.Generator().manual_seed(0)
+        return [[torch.randn(s, generator=g).to(device) for s in [(7, 5), (33,), (4, 3, 2)]]
+                for _ in range(2)]
+    call(*inputs("tpu"))  # the first call compiles the program
+    torch.tpu.synchronize()
+    cpu, dev = inputs("cpu"), inputs("tpu")
+    want = call(*cpu)
+    before = report.totals()["launches"]
+    got = no_fallback(lambda: call(*dev))  # synchronizes
+    assert report.totals()["launches"] - before == 1
+    if want is None:  # in place: the updated list
+        want, got = cpu[0], dev[0]
+    for w, d in zip(want, got):
+        torch.testing.assert_close(d.cpu(), w, rtol=1e-6, atol=1e-6)
 
 
 def state(n=3, seed=0, amsgrad=False):
@@ -106,10 +132,8 @@ def test_optimizer_step_is_one_program(mode):
             ref_opt.zero_grad()
     finally:
         torchtpu.set_eager_mode("strict")
-    # the update is one program; before it, the optimizer increments each step counter
-    # (torch._foreach_add_, one launch per tensor in strict mode)
-    n = len(list(model.parameters()))
-    assert launches == (n + 1 if mode == "strict" else 1), launches
+    # strict: the step counters' increment (a foreach op) and the update, one program each
+    assert launches == (2 if mode == "strict" else 1), launches
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.cpu(), q.cpu(), rtol=1e-5, atol=1e-6)
     assert torchtpu.fallback_stats() == {}
