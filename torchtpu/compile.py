@@ -16,7 +16,8 @@ it into a forward and a backward ATen graph, and each graph is handed to `_TpuGr
 
 Optimizers: compile the model (and the loss) and step the optimizer eagerly, or compile
 the step too with `capturable=True` (the step counter must live on the tpu, not be a CPU
-scalar that Dynamo would specialize on).
+scalar that Dynamo would specialize on). With `fused=True` PyTorch keeps Dynamo out of the
+step, which then runs eagerly as the native fused kernel (torchtpu/csrc/fused_adam.cpp).
 """
 import itertools
 import os
