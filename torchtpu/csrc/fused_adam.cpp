@@ -20,6 +20,10 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include "device.h"
 #include "fused.h"
 
@@ -65,6 +69,144 @@ void check_lists(const char *op, at::TensorList params, at::TensorList grads,
   }
 }
 
+// ---- the common case as one graph ----------------------------------------------------------
+// f32 tensors, a float lr, no GradScaler: the step of every parameter is built once per
+// signature as one graph (parameters: per tensor p, grad, exp_avg, exp_avg_sq[, max], step;
+// then the hyperparameters as f32 scalars) and recorded as one op, which costs the host one
+// record instead of about 25 dispatched ops per parameter.
+
+enum Hyper { kLr, kBeta1, kOneMinusBeta1, kBeta2, kOneMinusBeta2, kWeightDecay, kEps, kNumHyper };
+
+struct GraphDeleter {
+  void operator()(tpu_graph_t *g) const { tpu_graph_destroy(g); }
+};
+
+// The same math, in the same order, as adam_step below.
+tpu_graph_t *build_adam_graph(const AdamConfig &c, at::TensorList params) {
+  tpu_graph_t *g = nullptr;
+  check_status(tpu_graph_create(tpu_allocator_system(), &g), "fused adam graph");
+  std::unique_ptr<tpu_graph_t, GraphDeleter> owner(g);
+  const int per = c.amsgrad ? 6 : 5;
+  std::vector<tpu_value_t> in;
+  for (const at::Tensor &p : params) {
+    tpu_shape_t shape = to_shape(p.sizes()), scalar = to_shape({});
+    for (int k = 0; k < per; k++) {
+      in.push_back(tpu_graph_parameter(g, TPU_F32, k == per - 1 ? &scalar : &shape, nullptr));
+    }
+  }
+  tpu_value_t hyper[kNumHyper];
+  const tpu_shape_t scalar = to_shape({});
+  for (auto &h : hyper) h = tpu_graph_parameter(g, TPU_F32, &scalar, nullptr);
+  auto op = [&](tpu_op_t o, tpu_value_t a, tpu_value_t b) { return tpu_graph_binary(g, o, a, b); };
+  std::vector<tpu_value_t> outs;
+  for (size_t i = 0; i < params.size(); i++) {
+    const tpu_value_t *t = &in[i * per];
+    const tpu_shape_t shape = to_shape(params[i].sizes());
+    auto bc = [&](tpu_value_t s) { return broadcast_to(g, s, shape); };
+    tpu_value_t p = t[0], grad = t[1], m = t[2], v = t[3], step = t[per - 1];
+    if (c.maximize) grad = tpu_graph_unary(g, TPU_OP_NEG, grad);
+    if (c.weight_decay != 0) {
+      tpu_value_t decay = op(TPU_OP_MUL, p, bc(hyper[kWeightDecay]));
+      if (c.adamw) p = op(TPU_OP_SUB, p, op(TPU_OP_MUL, decay, bc(hyper[kLr])));
+      else grad = op(TPU_OP_ADD, grad, decay);
+    }
+    m = op(TPU_OP_ADD, op(TPU_OP_MUL, m, bc(hyper[kBeta1])),
+           op(TPU_OP_MUL, bc(hyper[kOneMinusBeta1]), grad));
+    v = op(TPU_OP_ADD, op(TPU_OP_MUL, v, bc(hyper[kBeta2])),
+           op(TPU_OP_MUL, op(TPU_OP_MUL, bc(hyper[kOneMinusBeta2]), grad), grad));
+    outs.push_back(m);
+    outs.push_back(v);
+    if (c.amsgrad) {
+      v = op(TPU_OP_MAX, t[4], v);
+      outs.push_back(v);
+    }
+    tpu_value_t one = full(g, TPU_F32, scalar, 1);
+    tpu_value_t bias1 = op(TPU_OP_SUB, one, op(TPU_OP_POW, hyper[kBeta1], step));
+    tpu_value_t bias2_sqrt =
+        tpu_graph_unary(g, TPU_OP_SQRT, op(TPU_OP_SUB, one, op(TPU_OP_POW, hyper[kBeta2], step)));
+    tpu_value_t denom = op(TPU_OP_ADD, op(TPU_OP_DIV, tpu_graph_unary(g, TPU_OP_SQRT, v),
+                                          bc(bias2_sqrt)),
+                           bc(hyper[kEps]));
+    tpu_value_t step_size = op(TPU_OP_MUL, op(TPU_OP_DIV, one, bias1), hyper[kLr]);
+    outs.push_back(op(TPU_OP_SUB, p, op(TPU_OP_DIV, op(TPU_OP_MUL, bc(step_size), m), denom)));
+  }
+  for (tpu_value_t o : outs) check_status(tpu_graph_output(g, o, nullptr), "fused adam graph");
+  if (tpu_graph_status(g) != TPU_OK) {
+    TORCH_CHECK(false, "fused adam: building the graph failed: ", tpu_graph_error_message(g));
+  }
+  return owner.release();
+}
+
+// The signature of build_adam_graph's result: configuration and parameter shapes.
+std::vector<unsigned char> adam_key(const AdamConfig &c, at::TensorList params) {
+  std::vector<unsigned char> key = {'A', c.adamw, c.amsgrad, c.maximize, c.weight_decay != 0};
+  for (const at::Tensor &p : params) {
+    key.push_back(static_cast<unsigned char>(p.dim()));
+    for (int64_t d : p.sizes()) {
+      const auto *b = reinterpret_cast<const unsigned char *>(&d);
+      key.insert(key.end(), b, b + sizeof d);
+    }
+  }
+  return key;
+}
+
+const tpu_graph_t *adam_graph(const AdamConfig &c, at::TensorList params,
+                              const std::vector<unsigned char> &key) {
+  static std::mutex mu;
+  static std::map<std::vector<unsigned char>, std::unique_ptr<tpu_graph_t, GraphDeleter>> graphs;
+  std::lock_guard<std::mutex> lock(mu);
+  auto &slot = graphs[key];
+  if (!slot) slot.reset(build_adam_graph(c, params));
+  return slot.get();
+}
+
+bool one_graph_case(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                    at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs,
+                    at::TensorList steps) {
+  for (at::TensorList l : {params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps}) {
+    for (const at::Tensor &t : l) {
+      if (t.scalar_type() != at::kFloat) return false;
+    }
+  }
+  for (const at::Tensor &t : steps) {
+    if (t.dim() != 0) return false;
+  }
+  return true;
+}
+
+void record_adam_graph(const char *op, const AdamConfig &c, at::TensorList params,
+                       at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+                       at::TensorList max_exp_avg_sqs, at::TensorList steps, double lr) {
+  std::vector<unsigned char> key = adam_key(c, params);
+  const tpu_graph_t *graph = adam_graph(c, params, key);
+  Inputs inputs;
+  std::vector<at::Tensor> tensors, outputs;
+  for (size_t i = 0; i < params.size(); i++) {
+    std::vector<at::Tensor> ins = {params[i], grads[i], exp_avgs[i], exp_avg_sqs[i]};
+    if (c.amsgrad) ins.push_back(max_exp_avg_sqs[i]);
+    ins.push_back(steps[i]);
+    for (const at::Tensor &t : ins) {
+      inputs.ptrs.push_back(const_cast<void *>(t.const_data_ptr()));
+      tensors.push_back(t);
+    }
+    outputs.push_back(exp_avgs[i]);
+    outputs.push_back(exp_avg_sqs[i]);
+    if (c.amsgrad) outputs.push_back(max_exp_avg_sqs[i]);
+    outputs.push_back(params[i]);
+  }
+  const double hyper[kNumHyper] = {lr, c.beta1, 1 - c.beta1, c.beta2, 1 - c.beta2,
+                                   c.weight_decay, c.eps};
+  for (double h : hyper) {
+    float f = static_cast<float>(h);
+    inputs.scalar_slot(&f, sizeof f);
+    tensors.emplace_back();
+  }
+  const c10::Device device = params[0].device();
+  RecordScope scope(device.index(), "fused optimizer step");
+  record_op(device, op, key, graph, inputs, tensors, outputs, RngUse{});
+  scope.finish();
+}
+
 // dst = value (in dst's dtype), unless |keep| (found_inf) is set.
 void store(const at::Tensor &dst, const at::Tensor &value, const std::optional<at::Tensor> &keep) {
   at::Tensor v = value.to(dst.scalar_type());
@@ -79,6 +221,11 @@ void adam_step(const char *op, const AdamConfig &c, at::TensorList params, at::T
                const std::optional<at::Tensor> &found_inf) {
   check_lists(op, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, c.amsgrad);
   if (params.empty()) return;
+  if (!lr_tensor && !grad_scale && !found_inf &&
+      one_graph_case(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps)) {
+    record_adam_graph(op, c, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr);
+    return;
+  }
   const c10::Device device = params[0].device();
   RecordScope scope(device.index(), "fused optimizer step");
   std::optional<at::Tensor> skip;  // () bool: GradScaler found an inf or NaN
