@@ -3,7 +3,8 @@
 # device through ops (also when the current device is another one); copies tpu:0 <-> tpu:1
 # are bit-exact; memory statistics and HBM capacity are per chip; torch.tpu.device(1) and
 # set_device switch the current device; each chip has its own generator and streams;
-# serialization keeps the device; mixing chips in one op raises RuntimeError as on cuda.
+# serialization keeps the device; mixing chips in one op raises RuntimeError as on cuda; a
+# foreach op may hold tensors of both chips.
 # A topology (TORCHTPU_CHIPS=2x2) gives 4 chips.
 import pytest
 
@@ -177,6 +178,14 @@ def module():
     return {"param": str(m.weight.device), "out": str(out.device), "grad": str(m.weight.grad.device)}
 
 @check
+def foreach_over_two_chips():
+    # one foreach op over tensors of both chips (strict mode records the per-tensor ops and
+    # flushes every chip), then a strict op reads each result
+    xs = [torch.ones(3, device="tpu:0"), torch.ones(3, device="tpu:1")]
+    torch._foreach_mul_(xs, 3.0)
+    return [(x + 1).cpu().tolist() for x in xs]
+
+@check
 def bad_index():
     return err(lambda: torch.zeros(1, device="tpu:2"))
 
@@ -251,6 +260,10 @@ def test_copies_between_chips_exact(runs):
     assert r["a1_dev"] == "tpu:1" and r["nc_dev"] == "tpu:1" and r["back_dev"] == "tpu:0"
     for k in ["a1", "d1", "e0", "nc", "back", "distinct"]:
         assert r[k] is True, k
+
+
+def test_foreach_op_over_two_chips(runs):
+    assert part(runs, "foreach_over_two_chips") == [[4.0] * 3, [4.0] * 3]
 
 
 def test_memory_is_per_chip(runs):

@@ -384,7 +384,7 @@ void RecordScope::finish() {
   if (!open_) return;
   open_ = false;
   if (--t_record_scopes > 0 || recording(index_)) return;  // the enclosing mode flushes
-  flush_pending(index_, reason_);
+  flush_pending(-1, reason_);  // every chip: a list may hold tensors of several
 }
 
 RecordScope::~RecordScope() {

@@ -54,8 +54,8 @@ void flush_if_pending(const at::Tensor &t, const char *reason);
 
 // While a RecordScope lives, the calling thread's ops are recorded whatever the eager mode,
 // so a composite kernel (fused AdamW) becomes one program. finish() ends the scope: when
-// the outermost scope ends in strict or debug mode it flushes the pending graph of |index|
-// (|reason| in the statistics). A scope left by an exception flushes what was recorded,
+// the outermost scope ends and chip |index| does not record anyway (strict or debug mode),
+// it flushes the pending graphs of every chip (|reason| in the statistics). A scope left by an exception flushes what was recorded,
 // as strict mode would already have run it, and lets the exception propagate.
 class RecordScope {
  public:
