@@ -1,11 +1,12 @@
 // fused_adam.cpp: torch.optim.Adam / AdamW with fused=True on tpu (_fused_adam_,
 // _fused_adamw_, float or tensor lr), run natively instead of through the CPU fallback.
 //
-// The kernel is composed of native ops recorded under one RecordScope, so the whole step of
-// every parameter is one pending graph: in strict mode one launch per optimizer step (a
-// cached program after the first), in fused mode and in a compile capture part of the
-// graph being recorded. torch.compile traces the step as this one op, which keeps Dynamo's
-// work small.
+// The step of every parameter is recorded under one RecordScope as one pending graph: in
+// strict mode one launch per optimizer step (a cached program after the first), in fused
+// mode part of the graph being recorded. The common case (f32 tensors, a float lr, no
+// GradScaler) records one graph built once per signature; the others compose native ops.
+// PyTorch keeps Dynamo out of fused optimizers, so under torch.compile this kernel runs
+// eagerly.
 //
 // Per parameter, in f32 (the math of PyTorch's CPU and CUDA fused kernels):
 //   g = grad / grad_scale (if given; written back to grad), -g if maximize
