@@ -35,9 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "tpu/kernels.h"
+#include "torch_reference.h"
 
 #define ROUNDS 20
 #define CALLS 100
@@ -185,18 +185,7 @@ static const char *kTorchScript =
     "  print(best*1e6)\n";
 
 static int torch_us(double out[NROWS]) {
-  if (access(".venv/bin/python", X_OK) != 0) return 0;
-  FILE *f = fopen("build/kernels_ew_small_torch.py", "w");
-  if (!f) return 0;
-  fputs(kTorchScript, f);
-  fclose(f);
-  FILE *p = popen("TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python "
-                  "build/kernels_ew_small_torch.py 2>/dev/null", "r");
-  if (!p) return 0;
-  int got = 0;
-  for (int r = 0; r < NROWS; r++) got += fscanf(p, "%lf", &out[r]) == 1;
-  pclose(p);
-  return got == NROWS;
+  return torch_reference_us(kTorchScript, "build/kernels_ew_small_torch.py", NROWS, out);
 }
 
 int main(void) {
