@@ -234,10 +234,6 @@ void count_flush(const char *reason) {
   g_flush_reasons[reason]++;
 }
 
-struct GraphDeleter {
-  void operator()(tpu_graph_t *g) const { tpu_graph_destroy(g); }
-};
-
 tpu_executable_t *compile_pending(Pending &p, const std::vector<unsigned char> &key,
                                   const tpu_compile_options_t &opts) {
   uint64_t hash = tpu_cache_hash(key.data(), key.size());

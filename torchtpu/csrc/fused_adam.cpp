@@ -78,10 +78,6 @@ void check_lists(const char *op, at::TensorList params, at::TensorList grads,
 
 enum Hyper { kLr, kBeta1, kOneMinusBeta1, kBeta2, kOneMinusBeta2, kWeightDecay, kEps, kNumHyper };
 
-struct GraphDeleter {
-  void operator()(tpu_graph_t *g) const { tpu_graph_destroy(g); }
-};
-
 // The same math, in the same order, as adam_step below.
 tpu_graph_t *build_adam_graph(const AdamConfig &c, at::TensorList params) {
   tpu_graph_t *g = nullptr;

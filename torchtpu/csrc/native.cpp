@@ -587,10 +587,6 @@ const ProgramInfo *program_info(const tpu_executable_t *exe) {
   return it == g_programs.end() ? &none : &it->second;
 }
 
-struct GraphDeleter {
-  void operator()(tpu_graph_t *g) const { tpu_graph_destroy(g); }
-};
-
 
 std::mutex g_unsupported_mu;
 std::unordered_set<std::string> g_unsupported;  // keys that run through the fallback

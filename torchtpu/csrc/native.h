@@ -97,6 +97,11 @@ void register_static_scalar(const char *op_name, const char *arg);
 
 // ---- helpers for lowerings ----------------------------------------------------------------
 
+// Destroys an owned graph: std::unique_ptr<tpu_graph_t, GraphDeleter>.
+struct GraphDeleter {
+  void operator()(tpu_graph_t *g) const { tpu_graph_destroy(g); }
+};
+
 tpu_dtype_t to_tpu_dtype(at::ScalarType t);  // throws Unsupported (complex, quantized, ...)
 tpu_shape_t to_shape(c10::IntArrayRef sizes);
 tpu_shape_t shape_of(const tpu_graph_t *g, tpu_value_t v);
