@@ -2,8 +2,9 @@
  *
  * One job at a time: the caller publishes {fn, ctx, n, chunk} under the pool mutex, wakes
  * the workers, and everyone (caller included) claims chunks with an atomic counter until
- * none are left; the caller returns when every chunk has finished and no worker is still
- * inside the job, so the next job cannot be claimed by a straggler of this one.
+ * none are left. The caller returns when every chunk has finished and no worker is inside
+ * the job, and closes the job under the mutex: a worker that wakes only after that skips
+ * it, so a straggler never claims chunks while the next job's fields are being written.
  */
 #include "tpu/threadpool.h"
 
@@ -21,6 +22,7 @@ struct tpu_pool {
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
   uint64_t generation;           /* bumped per job, under mu */
+  uint64_t closed;               /* the last job whose caller returned, under mu */
   bool stop;
   /* the current job */
   tpu_range_fn fn;
@@ -60,6 +62,7 @@ static void *worker_main(void *arg) {
     while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
     if (p->stop) break;
     seen = p->generation;
+    if (p->closed == seen) continue; /* its caller has returned: nothing left to claim */
     p->active++;
     pthread_mutex_unlock(&p->mu);
     run_chunks(p);
@@ -174,6 +177,7 @@ void tpu_pool_parallel_for(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn
 
   pthread_mutex_lock(&p->mu);
   while (p->chunks_done < p->num_chunks || p->active > 0) pthread_cond_wait(&p->done, &p->mu);
+  p->closed = p->generation;
   pthread_mutex_unlock(&p->mu);
   pthread_mutex_unlock(&p->job_mutex);
 }

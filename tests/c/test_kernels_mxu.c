@@ -321,6 +321,33 @@ TEST(bf16_products_exact) {
   free_buf(&a), free_buf(&b), free_buf(&c), free_buf(&c2);
 }
 
+/* GEMMs from 2^24 multiply-adds split over the pool, C into row blocks finer than the
+ * kernel's when there are few column blocks: the results must be the bits of one thread. */
+TEST(split_gemms_keep_their_bits) {
+  static const int64_t shapes[][4] = {/* batch, M, K, N */
+                                      {1, 256, 256, 256}, {1, 300, 700, 80}, {3, 130, 400, 129}};
+  for (int s = 0; s < 3; s++) {
+    for (int p = 0; p < 3; p++) {
+      for (int o = 0; o < 2; o++) { /* f32 C (tiles written in place) and bf16 C */
+        const int64_t *sh = shapes[s];
+        int64_t ad[3] = {sh[0], sh[1], sh[2]}, bd[3] = {sh[0], sh[2], sh[3]};
+        int64_t cd[3] = {sh[0], sh[1], sh[3]};
+        tpu_dtype_t odt = o ? TPU_BF16 : TPU_F32;
+        tbuf a = dense(TPU_F32, 3, ad), b = dense(TPU_F32, 3, bd);
+        tbuf one = dense(odt, 3, cd), split = dense(odt, 3, cd);
+        tpu_dot_attrs_t at = matmul_attrs((tpu_precision_t)p);
+        at.num_batch = 1;
+        at.lhs_batch[0] = 0, at.rhs_batch[0] = 0;
+        at.lhs_contract[0] = 2, at.rhs_contract[0] = 1;
+        CHECK_OK(tpu_kernel_dot_general(&at, &a.b, &b.b, &one.b, NULL));
+        CHECK_OK(tpu_kernel_dot_general(&at, &a.b, &b.b, &split.b, test_pool()));
+        CHECK(memcmp(one.store, split.store, (size_t)(sh[0] * sh[1] * sh[3]) * esize(odt)) == 0);
+        free_buf(&a), free_buf(&b), free_buf(&one), free_buf(&split);
+      }
+    }
+  }
+}
+
 TEST(inf_and_nan) {
   int64_t ad[2] = {2, 3}, bd[2] = {3, 2}, cd[2] = {2, 2};
   tbuf a = dense(TPU_F32, 2, ad), b = dense(TPU_F32, 2, bd), c = dense(TPU_F32, 2, cd);
@@ -794,6 +821,7 @@ int main(void) {
   RUN(high_is_three_passes);
   RUN(highest_is_f32);
   RUN(bf16_products_exact);
+  RUN(split_gemms_keep_their_bits);
   RUN(inf_and_nan);
   RUN(matmul_odd_sizes);
   RUN(matmul_layouts);

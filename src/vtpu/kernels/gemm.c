@@ -257,6 +257,7 @@ typedef struct gemm_ctx {
   int64_t a_items, b_items; /* packing items per batch */
   char *apk, *bpk;          /* (group, mpanels, ksteps, mr) / (group, npanels, ksteps, nr) */
   int64_t b0, nb;           /* the current batch group */
+  int64_t mc;                    /* rows of C per task: kern->mc, or fewer to split work */
   int64_t nic, njc, ntasks;
   bool direct;                   /* C tiles written straight into the output */
   float *scratch;                /* (slots, mc, nc) C tiles when not direct */
@@ -371,8 +372,8 @@ static void run_task(gemm_ctx *x, int64_t task, float *scratch) {
   const int mr = kern->mr, nr = kern->nr;
   int64_t ic = task % x->nic, rest = task / x->nic;
   int64_t jc = rest % x->njc, bl = rest / x->njc, b = x->b0 + bl;
-  int64_t i0 = ic * kern->mc, j0 = jc * kern->nc;
-  int64_t mcur = x->M - i0 < kern->mc ? x->M - i0 : kern->mc;
+  int64_t i0 = ic * x->mc, j0 = jc * kern->nc;
+  int64_t mcur = x->M - i0 < x->mc ? x->M - i0 : x->mc;
   int64_t ncur = x->N - j0 < kern->nc ? x->N - j0 : kern->nc;
   float *cbase;
   int64_t ldc;
@@ -567,6 +568,19 @@ tpu_status_t tpu_gemm_run_blocked(const tpu_gemm_t *g, const tpu_gemm_kernel_t *
   return run_kernel(g, kern, pool, false);
 }
 
+/* Rows of C per task: the kernel's mc block, or fewer (a multiple of mr) when |slots|
+ * threads would otherwise get fewer than two tasks each (256 x 256: three nc blocks).
+ * Tasks split C only by rows and columns, never along K, so every split gives the same
+ * bits. |col_tasks|: tasks per block of rows (column blocks times batches). */
+static int64_t task_rows(const tpu_gemm_kernel_t *kern, int64_t M, int64_t col_tasks, int slots) {
+  int64_t want = 2 * (int64_t)slots;
+  if (slots < 2 || col_tasks >= want) return kern->mc;
+  int64_t blocks = (want + col_tasks - 1) / col_tasks;
+  int64_t rows = (M + blocks - 1) / blocks;
+  rows = (rows + kern->mr - 1) / kern->mr * kern->mr;
+  return rows < kern->mc ? rows : kern->mc;
+}
+
 static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
                                tpu_pool_t *pool, bool allow_small) {
   TPU_RETURN_IF_ERROR(gemm_check(g));
@@ -658,8 +672,9 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
   x.b_by_k = tpu_gemm_panel_reads_rows(&bsrc) && kchunks > 1;
   x.a_items = x.a_by_k ? kchunks : x.mpanels;
   x.b_items = x.b_by_k ? kchunks : x.npanels;
-  x.nic = (M + kern->mc - 1) / kern->mc;
   x.njc = (N + kern->nc - 1) / kern->nc;
+  x.mc = task_rows(kern, M, x.njc * group, slots);
+  x.nic = (M + x.mc - 1) / x.mc;
   for (int64_t b0 = 0; b0 < g->c.batch.size; b0 += group) {
     x.b0 = b0;
     x.nb = g->c.batch.size - b0 < group ? g->c.batch.size - b0 : group;
