@@ -240,3 +240,97 @@ def test_matmul_with_bias_and_activation_is_one_kernel():
     want = torch.relu(x.cpu().bfloat16().float() @ w.cpu().bfloat16().float() + b.cpu())
     torch.testing.assert_close(out.cpu(), want, atol=1e-3, rtol=1e-3)
     assert g.stats()["kernels"] == 1, g.describe()
+
+
+def graphs_of(fn, *args, backend="tpu", steps=2, grad=False):
+    """Outputs of |steps| calls of fn compiled with |backend|, and the graphs it made."""
+    torch._dynamo.reset()
+    tc.graphs.clear()
+    compiled = torch.compile(fn, backend=backend)
+    with torch.set_grad_enabled(grad):
+        outs = [compiled(*args) for _ in range(steps)]
+    return outs, list(tc.graphs)
+
+
+def test_graphs_without_autograd_skip_aotautograd_with_the_same_results():
+    # a no_grad graph runs as Dynamo traced it, with the decompositions AOTAutograd would
+    # apply (layer_norm, gelu, softmax; silu_ through its functional form): bit for bit
+    # the results of the AOTAutograd path, captured and replayed as one program
+    torch.manual_seed(0)
+    x = torch.randn(8, 64, device="tpu")
+    w, b = torch.randn(64, device="tpu"), torch.randn(64, device="tpu")
+
+    def fn(x, w, b):
+        h = F.gelu(F.layer_norm(x, (64,), w, b))
+        return torch.softmax(h, -1), F.silu(h * 2, inplace=True)
+
+    direct, (g,) = graphs_of(fn, x, w, b)
+    assert g.direct and g.kind == "inference" and g.stats()["plans"] == 1
+    aot, (a,) = graphs_of(fn, x, w, b, backend=tc.aot_backend)
+    assert not a.direct
+    for got, want in zip(direct[-1], aot[-1]):
+        assert torch.equal(got.cpu(), want.cpu())
+
+
+def test_graphs_without_autograd_run_the_decomposition_table(monkeypatch):
+    # a stand-in table (our lowerings of gelu, layer_norm, ... build the same IR as their
+    # decompositions, so only a table we control shows that the direct path applies it):
+    # the op and the in-place form of it run as the table's entry, captured and replayed
+    aten = torch.ops.aten
+    monkeypatch.setattr(tc, "_decompositions", {aten.tanh.default: lambda x: x + 1})
+    x = torch.zeros(4, device="tpu")
+    outs, (g,) = graphs_of(lambda x: (x.tanh(), (x * 2).tanh_()), x, steps=3)
+    assert g.direct and g.stats()["plans"] == 1
+    for out, inplace in outs:
+        assert out.cpu().tolist() == [1.0] * 4 and inplace.cpu().tolist() == [1.0] * 4
+
+
+def test_compiled_adamw_without_aotautograd_matches_it_bit_for_bit():
+    # the step's parameters and state are attributes of Dynamo's graph: lifted as inputs
+    # of the plan, so every replay updates them in place (not only the captured first run)
+    def train(backend):
+        torch._dynamo.reset()
+        tc.graphs.clear()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                    torch.nn.Linear(32, 4)).to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=True)
+        step = torch.compile(opt.step, backend=backend)
+        x = torch.randn(8, 16, device="tpu")
+        losses = []
+        for _ in range(4):
+            loss = model(x).square().sum()
+            loss.backward()
+            step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        state = [v.cpu() for s in opt.state.values() for v in s.values()]
+        return losses, [p.detach().cpu() for p in model.parameters()] + state, list(tc.graphs)
+
+    losses, tensors, graphs = train("tpu")
+    (g,) = [g for g in graphs if g.stats()["plans"] > 0]
+    assert g.direct
+    want_losses, want, graphs = train(tc.aot_backend)
+    assert not any(g.direct for g in graphs)
+    assert losses == want_losses and len(set(losses)) == 4, losses
+    for got, ref in zip(tensors, want):
+        assert torch.equal(got, ref)
+
+
+def test_graphs_that_touch_autograd_keep_aotautograd():
+    lin = torch.nn.Linear(8, 8).to("tpu")
+    x = torch.randn(4, 8, device="tpu")
+    # a training forward (its backward graph is compiled at the first backward)
+    _, graphs = graphs_of(lambda x: lin(x).sum(), x, grad=True)
+    assert [g.kind for g in graphs] == ["forward"]
+    # no_grad, but an output is a view of a parameter (requires_grad, as in eager)
+    outs, graphs = graphs_of(lambda x: (lin.weight[0], x * 2), x)
+    assert not any(g.direct for g in graphs)
+    assert outs[-1][0].requires_grad
+    # no_grad outside, grad enabled inside the graph
+    def inner_grad(x):
+        with torch.enable_grad():
+            return lin(x) * 2
+    outs, graphs = graphs_of(inner_grad, x)
+    assert not any(g.direct for g in graphs)
+    assert outs[-1].requires_grad
