@@ -171,8 +171,37 @@ TPU_AVX512BF16 static void pack_bf16_rows(const tpu_gemm_panel_src_t *src, int64
   }
 }
 
-/* k contiguous: 32 consecutive k of each row become 16 pairs in a (width, 16) block,
- * which is then transposed into the panel's (16, width) rows. */
+/* r[i] = row i of a 16 x 16 block of u32 becomes r[j] = column j: pairs of rows
+ * interleaved 32 then 64 bits at a time within each 128-bit lane, then the 4 x 4 grid of
+ * 128-bit lanes transposed (64 shuffles instead of 256 scalar moves). */
+TPU_AVX512BF16_INLINE static void transpose16x16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  /* u[4g + c]: lane L holds column 4L + c of rows 4g .. 4g+3 */
+  for (int g = 0; g < 4; g++) {
+    __m512i *q = t + 4 * g;
+    u[4 * g + 0] = _mm512_unpacklo_epi64(q[0], q[2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(q[0], q[2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(q[1], q[3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(q[1], q[3]);
+  }
+  for (int c = 0; c < 4; c++) {
+    __m512i s0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88); /* lanes 0, 2 of each */
+    __m512i s1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xdd); /* lanes 1, 3 */
+    __m512i s2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);
+    __m512i s3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xdd);
+    r[c] = _mm512_shuffle_i32x4(s0, s2, 0x88);      /* column c      (lane 0) */
+    r[4 + c] = _mm512_shuffle_i32x4(s1, s3, 0x88);  /* column 4 + c  (lane 1) */
+    r[8 + c] = _mm512_shuffle_i32x4(s0, s2, 0xdd);  /* column 8 + c  (lane 2) */
+    r[12 + c] = _mm512_shuffle_i32x4(s1, s3, 0xdd); /* column 12 + c (lane 3) */
+  }
+}
+
+/* k contiguous: 32 consecutive k of each row become 16 pairs, one zmm per row; blocks of
+ * 16 rows are transposed in registers into the panel's (16, width) rows. */
 TPU_AVX512BF16 static void pack_bf16_cols(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
                                           int64_t kpass, int64_t kb, int64_t ke, uint32_t *d) {
   const tpu_gemm_axis_t *wax = src->w;
@@ -183,7 +212,6 @@ TPU_AVX512BF16 static void pack_bf16_cols(const tpu_gemm_panel_src_t *src, int64
   for (int i = 0; i < wn; i++) {
     rows[i] = (const char *)src->data + tpu_gemm_axis_offset(wax, w0 + i) * es;
   }
-  uint32_t t[64][16]; /* (row, pair) */
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp[p];
     uint32_t *dp = d + (int64_t)p * kpass / 2 * width;
@@ -191,16 +219,19 @@ TPU_AVX512BF16 static void pack_bf16_cols(const tpu_gemm_panel_src_t *src, int64
       int64_t left = K - k;
       int n0 = left <= 0 ? 0 : left >= 16 ? 16 : (int)left;
       int n1 = left <= 16 ? 0 : left >= 32 ? 16 : (int)(left - 16);
-      for (int i = 0; i < width; i++) {
-        __m256i v0 = _mm256_setzero_si256(), v1 = _mm256_setzero_si256();
-        if (i < wn && n0) v0 = load16(rows[i] + k * es, src->dtype, n0, c);
-        if (i < wn && n1) v1 = load16(rows[i] + (k + 16) * es, src->dtype, n1, c);
-        _mm512_storeu_si512(t[i], _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1));
-      }
       int pairs = (ke - k) / 2 < 16 ? (int)((ke - k) / 2) : 16;
       uint32_t *out = dp + k / 2 * width;
-      for (int j = 0; j < pairs; j++) {
-        for (int i = 0; i < width; i++) out[j * width + i] = t[i][j];
+      for (int i0 = 0; i0 < width; i0 += 16) {
+        __m512i r[16]; /* row i0 + i: its 16 pairs */
+        for (int i = 0; i < 16; i++) {
+          __m256i v0 = _mm256_setzero_si256(), v1 = _mm256_setzero_si256();
+          if (i0 + i < wn && n0) v0 = load16(rows[i0 + i] + k * es, src->dtype, n0, c);
+          if (i0 + i < wn && n1) v1 = load16(rows[i0 + i] + (k + 16) * es, src->dtype, n1, c);
+          r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
+        }
+        transpose16x16(r);
+        __mmask16 m = first_n(width - i0);
+        for (int j = 0; j < pairs; j++) _mm512_mask_storeu_epi32(out + j * width + i0, m, r[j]);
       }
     }
   }
