@@ -524,7 +524,7 @@ bool graph_is_elementwise(const tpu_graph_t *g) {
 struct ProgramInfo {
   std::vector<bool> undefined;      // per return
   std::vector<size_t> update_args;  // outputs after the defined returns write these args
-  const tpu_graph_t *graph = nullptr;  // the lowered graph, which fused mode inlines
+  OpGraph graph;  // the lowered graph, which fused mode inlines
 };
 
 std::mutex g_programs_mu;
@@ -744,7 +744,7 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 std::chrono::steady_clock::now() - start).count();
   disk_cache_put(call.key.data(), raw, opts, encode_program(prog));
-  prog.graph = g.release();  // kept with the executable, for the life of the process
+  prog.graph = OpGraph(g.release());  // kept with the executable, for the life of the process
   {
     std::lock_guard<std::mutex> lock(g_programs_mu);
     g_programs[exe] = prog;
@@ -773,7 +773,7 @@ tpu_executable_t *load_call(const Call &call) {
     disk_cache_count_error();
     return nullptr;
   }
-  prog.graph = g.release();  // kept with the executable, for the life of the process
+  prog.graph = OpGraph(g.release());  // kept with the executable, for the life of the process
   {
     std::lock_guard<std::mutex> lock(g_programs_mu);
     g_programs[exe] = prog;
@@ -1033,7 +1033,7 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
   if ((exe = disk_cache_fetch(k, "aten::copy_", &loaded, nullptr, &load_ns))) {
     {
       std::lock_guard<std::mutex> lock(g_programs_mu);
-      g_programs[exe].graph = loaded;  // kept with the executable, for the life of the process
+      g_programs[exe].graph = OpGraph(loaded);  // kept with the executable, for life
     }
     tpu_cache_insert(executable_cache(), k.data(), k.size(), hash, exe, load_ns);
     return exe;
@@ -1065,7 +1065,7 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
   disk_cache_put(k, raw, opts);
   {
     std::lock_guard<std::mutex> lock(g_programs_mu);
-    g_programs[exe].graph = g.release();
+    g_programs[exe].graph = OpGraph(g.release());
   }
   return exe;
 }
