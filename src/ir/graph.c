@@ -1,5 +1,6 @@
-/* graph.c: the IR graph object: creation and destruction, its bump arena, node and output
- * storage, the sticky first error, accessors, the op table (from ops.def) and shape helpers.
+/* graph.c: the IR graph object: creation, destruction and clearing for reuse, its bump
+ * arena, node and output storage, the sticky first error, accessors, the op table (from
+ * ops.def) and shape helpers.
  *
  * Builders live in builder.c, shape and dtype rules in shape_rules.c, the verifier in
  * verify.c, the StableHLO printer in print_stablehlo.c and the hash in hash.c.

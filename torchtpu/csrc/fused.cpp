@@ -380,8 +380,8 @@ RecordScope::~RecordScope() {
 
 void record_op(c10::Device device, const std::string &name, const std::vector<unsigned char> &key,
                const OpGraph &op, Inputs &inputs,
-               const std::vector<at::Tensor> &tensors,
-               const std::vector<at::Tensor> &outputs, const RngUse &rng) {
+               c10::ArrayRef<at::Tensor> tensors, c10::ArrayRef<at::Tensor> outputs,
+               const RngUse &rng) {
   Pending &p = pending(device.index());
   std::lock_guard<std::recursive_mutex> lock(p.mu);
   // A training step records its forward on the main thread and its backward on the

@@ -55,8 +55,8 @@ struct OpGraph {
 // input at inputs.ptrs[i]; |outputs|: the tensors its graph outputs write, in order.
 void record_op(c10::Device device, const std::string &name, const std::vector<unsigned char> &key,
                const OpGraph &op, Inputs &inputs,
-               const std::vector<at::Tensor> &tensors,
-               const std::vector<at::Tensor> &outputs, const RngUse &rng);
+               c10::ArrayRef<at::Tensor> tensors, c10::ArrayRef<at::Tensor> outputs,
+               const RngUse &rng);
 
 // Compiles and queues the pending graph of chip |index| (every chip if index < 0).
 // |reason| is counted in the statistics ("item", "fallback", "optimizer step", ...).
