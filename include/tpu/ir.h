@@ -235,6 +235,10 @@ typedef struct tpu_graph tpu_graph_t;
 
 tpu_status_t tpu_graph_create(tpu_allocator_t host, tpu_graph_t **out_graph);
 void tpu_graph_destroy(tpu_graph_t *g);  /* NULL is ignored */
+/* Empties |g| for reuse (no nodes, parameters or outputs, no error) and keeps its node and
+ * output arrays and newest arena chunk, up to a few MiB, so a graph rebuilt at about the
+ * same size allocates nothing. NULL is ignored. */
+void tpu_graph_clear(tpu_graph_t *g);
 
 /* The first error a builder call recorded (TPU_OK if none) and its message. */
 tpu_status_t tpu_graph_status(const tpu_graph_t *g);
@@ -334,8 +338,9 @@ tpu_value_t tpu_graph_scatter(tpu_graph_t *g, tpu_value_t x, tpu_value_t indices
 tpu_value_t tpu_graph_sort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attrs_t *attrs);
 tpu_value_t tpu_graph_argsort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attrs_t *attrs);
 
-/* Copies every node of |src| except its parameters into |dst|, through the same shape
- * rules as the builders: parameter i of |src| becomes param_values[i] (a value of |dst| of
+/* Copies every node of |src| (a well-typed graph: built by the builders, or deserialized)
+ * except its parameters into |dst|, with its type in |src| (which the shape rules would
+ * give it again): parameter i of |src| becomes param_values[i] (a value of |dst| of
  * the same dtype and shape; strides do not matter), or TPU_NO_VALUE for a parameter no
  * node of |src| uses (an argument the op overwrites without reading, as fill_'s self), and
  * out_values[v] (an array of tpu_graph_num_nodes(src) entries) receives the |dst| value of

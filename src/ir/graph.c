@@ -1,5 +1,6 @@
-/* graph.c: the IR graph object: creation and destruction, its bump arena, node and output
- * storage, the sticky first error, accessors, the op table (from ops.def) and shape helpers.
+/* graph.c: the IR graph object: creation, destruction and clearing for reuse, its bump
+ * arena, node and output storage, the sticky first error, accessors, the op table (from
+ * ops.def) and shape helpers.
  *
  * Builders live in builder.c, shape and dtype rules in shape_rules.c, the verifier in
  * verify.c, the StableHLO printer in print_stablehlo.c and the hash in hash.c.
@@ -180,6 +181,39 @@ void tpu_graph_destroy(tpu_graph_t *g) {
   tpu_allocator_free(host, g->nodes);
   tpu_allocator_free(host, g->outputs);
   host.free(host.self, g);
+}
+
+/* Storage tpu_graph_clear keeps for reuse: per array, and the arena chunk. */
+#define TPU_IR_KEEP_BYTES ((size_t)8 << 20)
+
+/* Frees |*array| unless its |cap| entries of |elem| bytes are worth keeping. */
+static void drop_if_large(tpu_allocator_t host, void **array, int *cap, size_t elem) {
+  if ((size_t)*cap <= TPU_IR_KEEP_BYTES / elem) return;
+  tpu_allocator_free(host, *array);
+  *array = NULL;
+  *cap = 0;
+}
+
+void tpu_graph_clear(tpu_graph_t *g) {
+  if (!g) return;
+  tpu_allocator_t host = g->host;
+  tpu_ir_chunk_t *keep = g->chunks; /* the newest chunk: as large as any but an oversized one */
+  if (keep && keep->size > TPU_IR_KEEP_BYTES) keep = NULL;
+  for (tpu_ir_chunk_t *c = g->chunks; c;) {
+    tpu_ir_chunk_t *next = c->next;
+    if (c != keep) host.free(host.self, c);
+    c = next;
+  }
+  if (keep) {
+    keep->next = NULL;
+    keep->used = 0;
+  }
+  g->chunks = keep;
+  drop_if_large(host, (void **)&g->nodes, &g->cap_nodes, sizeof(tpu_node_t));
+  drop_if_large(host, (void **)&g->outputs, &g->cap_outputs, sizeof(tpu_ir_output_t));
+  g->num_nodes = g->num_params = g->num_outputs = 0;
+  g->status = TPU_OK;
+  g->message[0] = '\0';
 }
 
 /* ---- errors ------------------------------------------------------------------------ */

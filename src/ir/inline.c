@@ -2,12 +2,16 @@
  *
  * Fused eager and compile mode build one big graph out of the small per-op graphs that
  * eager mode already lowered and cached: each recorded op's graph is inlined into the
- * pending graph, its parameters replaced by values the pending graph already has. Every
- * copied node goes through the same shape rules as the builder, so a splice that does not
- * type-check records the graph's error instead of producing a malformed graph.
+ * pending graph, its parameters replaced by values the pending graph already has.
+ *
+ * A parameter is bound only to a value of its own dtype and shape (else the splice records
+ * the graph's error), and nodes come after their operands, so every copied node's operands
+ * have the types they have in |src|; the shape rules, which read only those types and the
+ * node's attributes, would give each node the type it has in |src|. So nodes are copied
+ * with their types as they are, without re-running the rules: |src| is well-typed, as
+ * every graph built by the builders, or deserialized (which verifies), is.
  */
 #include <stdalign.h>
-#include <string.h>
 
 #include "ir/graph_internal.h"
 
@@ -17,6 +21,9 @@ tpu_status_t tpu_graph_inline(tpu_graph_t *dst, const tpu_graph_t *src,
                               const tpu_value_t *param_values, tpu_value_t *out_values) {
   if (!dst || !src || (!param_values && src->num_params > 0) || !out_values) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "inline: NULL argument");
+  }
+  if (dst == src) { /* appending would move the nodes being copied */
+    return tpu_ir_fail(dst, TPU_ERR_INVALID_ARGUMENT, "inline: a graph into itself");
   }
   if (dst->status != TPU_OK) return tpu_status_set(dst->status, "%s", dst->message);
   tpu_value_t stack_ops[INLINE_STACK_OPERANDS];
@@ -53,16 +60,7 @@ tpu_status_t tpu_graph_inline(tpu_graph_t *dst, const tpu_graph_t *src,
                            tpu_op_name(n->op), v);
       }
     }
-    tpu_node_t copy = *n;
-    copy.operands = ops;
-    char msg[TPU_IR_MESSAGE_CAP];
-    tpu_dtype_t dtype;
-    tpu_shape_t shape;
-    tpu_status_t st = tpu_ir_infer(dst, &copy, &dtype, &shape, msg, sizeof(msg));
-    if (st != TPU_OK) return tpu_ir_fail(dst, st, "inline: %s", msg);
-    copy.dtype = dtype;
-    copy.shape = shape;
-    out_values[v] = tpu_ir_append_raw(dst, &copy, ops, n->num_operands);
+    out_values[v] = tpu_ir_append_raw(dst, n, ops, n->num_operands);
     if (out_values[v] == TPU_NO_VALUE) return dst->status;
   }
   return TPU_OK;

@@ -1,7 +1,8 @@
 /* test_ir_builder.c: the IR graph builder, part 1: the graph object, the op table, shape
  * helpers, leaves (parameter, constant, iota, rng) and elementwise builders with their
  * inferred types and error messages ("<builder>: <problem>"), the sticky first error and
- * TPU_NO_VALUE propagation, outputs, node storage growth and out-of-memory handling.
+ * TPU_NO_VALUE propagation, outputs, node storage growth, clearing a graph for reuse and
+ * out-of-memory handling.
  * Part 2 (data movement, reductions, MXU, indexing) is test_ir_shapes.c. */
 #include <math.h>
 #include <stdio.h>
@@ -647,6 +648,57 @@ TEST(node_storage_grows) {
   tpu_graph_destroy(g);
 }
 
+/* x -> (x * x + x) summed over dim 1, an output; |n| more MUL nodes first. */
+static void build_small(tpu_graph_t *g, int n) {
+  tpu_value_t x = ir_param(g, TPU_F32, SHAPE(4, 3));
+  tpu_value_t acc = x;
+  for (int i = 0; i < n; i++) acc = tpu_graph_binary(g, TPU_OP_MUL, acc, x);
+  tpu_value_t s = tpu_graph_binary(g, TPU_OP_ADD, tpu_graph_binary(g, TPU_OP_MUL, x, x), acc);
+  CHECK_OK(tpu_graph_output(g, tpu_graph_reduce(g, TPU_REDUCE_SUM, s, (bool[]){false, true}),
+                            NULL));
+}
+
+TEST(clear_empties_a_graph_for_reuse) {
+  tpu_graph_t *fresh = ir_graph(), *g = ir_graph();
+  build_small(fresh, 0);
+  /* a large graph with an error, cleared, then rebuilt: the same graph as a fresh one */
+  build_small(g, 5000);
+  tpu_value_t x = ir_param(g, TPU_F32, SHAPE(2));
+  CHECK(tpu_graph_unary(g, TPU_OP_NOT, x) == TPU_NO_VALUE);
+  CHECK(tpu_graph_status(g) != TPU_OK);
+  tpu_graph_clear(g);
+  CHECK(tpu_graph_status(g) == TPU_OK);
+  CHECK(strcmp(tpu_graph_error_message(g), "") == 0);
+  CHECK(tpu_graph_num_nodes(g) == 0 && tpu_graph_num_params(g) == 0);
+  CHECK(tpu_graph_num_outputs(g) == 0 && tpu_graph_node(g, 0) == NULL);
+  CHECK_OK(tpu_graph_verify(g));
+  for (int round = 0; round < 3; round++) {
+    build_small(g, 0);
+    CHECK(tpu_graph_num_nodes(g) == tpu_graph_num_nodes(fresh));
+    CHECK(tpu_graph_num_params(g) == 1 && tpu_graph_num_outputs(g) == 1);
+    CHECK(tpu_graph_hash(g) == tpu_graph_hash(fresh));
+    CHECK_OK(tpu_graph_verify(g));
+    tpu_graph_clear(g);
+  }
+  /* a graph past the kept storage (arrays of more than 8 MiB) clears too, and regrows */
+  tpu_value_t p = ir_param(g, TPU_F32, SHAPE(2));
+  tpu_value_t parts[300];
+  for (int i = 0; i < 300; i++) parts[i] = p;
+  for (int i = 0; i < 100; i++) tpu_graph_concatenate(g, parts, 300, 0);
+  size_t big = (((size_t)8 << 20) / sizeof(tpu_node_t)) + 1;
+  for (size_t i = 0; i < big; i++) tpu_graph_unary(g, TPU_OP_NEG, p);
+  CHECK_OK(tpu_graph_status(g));
+  tpu_graph_clear(g);
+  build_small(g, 0);
+  CHECK(tpu_graph_hash(g) == tpu_graph_hash(fresh));
+  tpu_graph_clear(NULL);
+  tpu_graph_clear(g);
+  tpu_graph_clear(g);  /* an empty graph clears */
+  CHECK(tpu_graph_num_nodes(g) == 0);
+  tpu_graph_destroy(g);
+  tpu_graph_destroy(fresh);
+}
+
 /* An allocator that fails after |budget| allocations. */
 typedef struct { int budget; } limited_t;
 static void *limited_alloc(void *self, size_t size, size_t align) {
@@ -700,6 +752,7 @@ int main(void) {
   RUN(no_value_in_a_clean_graph_is_an_error);
   RUN(outputs_with_and_without_strides);
   RUN(node_storage_grows);
+  RUN(clear_empties_a_graph_for_reuse);
   RUN(out_of_memory_is_recorded);
   return check_report();
 }

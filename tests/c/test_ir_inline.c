@@ -1,7 +1,8 @@
 /* test_ir_inline.c: tpu_graph_inline, the splice fused eager and compile mode use to build
  * one graph out of cached per-op graphs: parameters are replaced by the given values, every
- * other node is copied with remapped operands and re-checked, and a type mismatch becomes
- * the destination graph's error. */
+ * other node is copied with remapped operands and its type (which the shape rules would
+ * give it again: the verifier checks), and a parameter bound to a value of another type
+ * becomes the destination graph's error. */
 #include <string.h>
 
 #include "check.h"
@@ -115,11 +116,91 @@ TEST(inline_leaves_an_unused_parameter_unbound) {
   tpu_graph_destroy(dst);
 }
 
+/* Checks that node |v| of |src| became a node of |dst| with the same op and type. */
+static void expect_same_type(const tpu_graph_t *dst, tpu_value_t d, const tpu_graph_t *src,
+                             tpu_value_t v) {
+  const tpu_node_t *a = tpu_graph_node(dst, d), *b = tpu_graph_node(src, v);
+  CHECK(a && b && a->op == b->op && a->dtype == b->dtype && tpu_shape_equal(&a->shape, &b->shape));
+}
+
+TEST(inline_copies_types_the_rules_would_give) {
+  /* src: (x f32[2,3], w bf16[3,4], i i32[]) -> a graph of ops whose result types differ
+   * from their operands': convert, broadcast, dot, reduce, compare, select, transpose,
+   * reshape, slice, concatenate, dynamic_slice */
+  tpu_shape_t scalar = SCALAR, s23 = SHAPE(2, 3), s8 = SHAPE(8), s5 = SHAPE(5);
+  tpu_graph_t *src = ir_graph();
+  tpu_value_t c = tpu_graph_constant(src, TPU_F32, &scalar, 2.0); /* before the parameters */
+  tpu_value_t x = ir_param(src, TPU_F32, SHAPE(2, 3));
+  tpu_value_t w = ir_param(src, TPU_BF16, SHAPE(3, 4));
+  tpu_value_t i = ir_param(src, TPU_I32, SCALAR);
+  tpu_value_t cb = tpu_graph_broadcast_in_dim(src, c, &s23, NULL);
+  tpu_value_t xb = tpu_graph_convert(src, tpu_graph_binary(src, TPU_OP_MUL, x, cb), TPU_BF16);
+  tpu_dot_attrs_t da = {.num_contract = 1, .lhs_contract = {1}, .rhs_contract = {0}};
+  tpu_value_t d = tpu_graph_dot_general(src, xb, w, &da, TPU_F32);              /* f32[2,4] */
+  tpu_value_t r = tpu_graph_reduce(src, TPU_REDUCE_MAX, d, (bool[]){true, false}); /* [4] */
+  tpu_value_t t = tpu_graph_transpose(src, d, (int64_t[]){1, 0});               /* [4,2] */
+  tpu_value_t f = tpu_graph_reshape(src, t, &s8);
+  tpu_value_t sl = tpu_graph_slice(src, f, (int64_t[]){1}, (int64_t[]){7}, (int64_t[]){2});
+  tpu_value_t cat = tpu_graph_concatenate(src, (tpu_value_t[]){r, sl, r}, 3, 0); /* [11] */
+  tpu_value_t ds = tpu_graph_dynamic_slice(src, cat, &i, (int64_t[]){5});
+  tpu_value_t z = tpu_graph_constant(src, TPU_F32, &s5, 0.0);
+  tpu_value_t m = tpu_graph_compare(src, TPU_CMP_GT, ds, z);                    /* pred[5] */
+  tpu_value_t out = tpu_graph_select(src, m, ds, z);
+  CHECK_OK(tpu_graph_output(src, out, NULL));
+  CHECK_OK(tpu_graph_status(src));
+  int n = tpu_graph_num_nodes(src);
+
+  tpu_graph_t *dst = ir_graph();
+  tpu_value_t dx = ir_param(dst, TPU_F32, SHAPE(2, 3));
+  tpu_value_t dw = ir_param(dst, TPU_BF16, SHAPE(3, 4));
+  tpu_value_t di = ir_param(dst, TPU_I32, SCALAR);
+  tpu_value_t map[32];
+  CHECK(n <= 32);
+  CHECK_OK(tpu_graph_inline(dst, src, (tpu_value_t[]){dx, dw, di}, map));
+  CHECK_OK(tpu_graph_inline(dst, src, (tpu_value_t[]){dx, dw, di}, map));  /* twice */
+  for (int v = 0; v < n; v++) {
+    if (tpu_graph_node(src, v)->op != TPU_OP_PARAMETER) expect_same_type(dst, map[v], src, v);
+  }
+  EXPECT_TYPE(dst, map[cat], "f32[11]");
+  EXPECT_TYPE(dst, map[m], "i1[5]");
+  CHECK_OK(tpu_graph_output(dst, map[out], NULL));
+  CHECK_OK(tpu_graph_verify(dst)); /* the verifier re-runs every shape rule */
+  CHECK(tpu_graph_num_nodes(dst) == 3 + 2 * (n - 3));
+  tpu_graph_destroy(src);
+  tpu_graph_destroy(dst);
+}
+
+TEST(inline_rejects_a_parameter_of_another_shape) {
+  /* same dtype, other shape: rejected, also when nodes come before the parameter */
+  tpu_shape_t s4 = SHAPE(4);
+  tpu_graph_t *src = ir_graph();
+  tpu_value_t c = tpu_graph_constant(src, TPU_F32, &s4, 1.0);
+  tpu_value_t a = ir_param(src, TPU_F32, SHAPE(4));
+  CHECK_OK(tpu_graph_output(src, tpu_graph_binary(src, TPU_OP_ADD, a, c), NULL));
+  tpu_graph_t *dst = ir_graph();
+  tpu_value_t x = ir_param(dst, TPU_F32, SHAPE(2, 2));
+  tpu_value_t map[3];
+  CHECK(tpu_graph_inline(dst, src, &x, map) == TPU_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(tpu_graph_error_message(dst), "inline: parameter 0 is bound to value 0") != NULL);
+  tpu_graph_destroy(dst);
+  /* a value that is not a node of dst */
+  dst = ir_graph();
+  tpu_value_t nowhere = 7;
+  CHECK(tpu_graph_inline(dst, src, &nowhere, map) == TPU_ERR_INVALID_ARGUMENT);
+  CHECK(tpu_graph_status(dst) == TPU_ERR_INVALID_ARGUMENT);
+  tpu_graph_destroy(dst);
+  /* a graph into itself: refused (its nodes would move while being copied) */
+  CHECK(tpu_graph_inline(src, src, &a, map) == TPU_ERR_INVALID_ARGUMENT);
+  tpu_graph_destroy(src);
+}
+
 int main(void) {
   RUN(inline_splices_a_graph_twice);
   RUN(inline_keeps_attributes);
   RUN(inline_rejects_a_mistyped_parameter);
   RUN(inline_copies_variadic_operands);
   RUN(inline_leaves_an_unused_parameter_unbound);
+  RUN(inline_copies_types_the_rules_would_give);
+  RUN(inline_rejects_a_parameter_of_another_shape);
   return check_report();
 }

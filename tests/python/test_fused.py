@@ -165,3 +165,33 @@ def test_device_error_surfaces_at_the_next_sync(fused):
     with pytest.raises(IndexError, match="fused graph"):
         out.cpu()
     assert torch.equal((table[torch.tensor([1], device="tpu")] * 0).cpu(), torch.zeros(1, 3))
+
+
+def reused_graphs(device):
+    a = torch.arange(12.0, device=device).reshape(3, 4)
+    out = []
+    for i in range(4):
+        b = torch.empty_like(a)
+        b.zero_()  # graphs with a parameter they do not read (self of zero_ and fill_)
+        b.fill_(i + 0.5)
+        c = a + a  # one tensor bound to both parameters
+        torch.mul(c, b, out=b)
+        a = b.sin() + torch.pow(1.01, a)  # a host scalar before the tensor input
+        out.append(a.sum().item())  # a flush per step: the pending graph is emptied, reused
+        out.append(a.t().contiguous()[1:].cpu())
+    return out
+
+
+def test_op_graphs_and_the_pending_graph_are_reused_across_flushes(fused):
+    # the same one-op graphs (and what recording computed of them once) serve every step,
+    # and each step records into the emptied graph of the step before: bit-identical to
+    # strict, and the later steps hit the graph cache
+    got = reused_graphs("tpu")
+    misses = torchtpu.fused_stats()["graph_cache_misses"]
+    assert torchtpu.fused_stats()["graph_cache_hits"] >= 4
+    want = in_mode("strict", lambda: reused_graphs("tpu"))
+    for g, w in zip(got, want):
+        assert torch.equal(torch.as_tensor(g), torch.as_tensor(w))
+    torchtpu.set_eager_mode("fused")
+    reused_graphs("tpu")
+    assert torchtpu.fused_stats()["graph_cache_misses"] == misses

@@ -160,32 +160,6 @@ void write_tensor(Pending &p, const at::Tensor &t, tpu_value_t v) {
   st.write_seq = ++p.seq;
 }
 
-// The parameter nodes of a one-op graph, by index.
-std::vector<const tpu_node_t *> params_of(const tpu_graph_t *g) {
-  std::vector<const tpu_node_t *> out(tpu_graph_num_params(g), nullptr);
-  for (int v = 0; v < tpu_graph_num_nodes(g); v++) {
-    const tpu_node_t *n = tpu_graph_node(g, v);
-    if (n->op == TPU_OP_PARAMETER) out[n->attrs.param.index] = n;
-  }
-  return out;
-}
-
-// Per parameter of |g|: whether a node or an output of |g| uses it. An op that overwrites
-// an argument without reading it (fill_, zero_) leaves that parameter unused.
-std::vector<bool> params_used(const tpu_graph_t *g) {
-  std::vector<bool> used(tpu_graph_num_params(g), false);
-  auto mark = [&](tpu_value_t v) {
-    const tpu_node_t *n = tpu_graph_node(g, v);
-    if (n && n->op == TPU_OP_PARAMETER) used[n->attrs.param.index] = true;
-  };
-  for (int v = 0; v < tpu_graph_num_nodes(g); v++) {
-    const tpu_node_t *n = tpu_graph_node(g, v);
-    for (int i = 0; i < n->num_operands; i++) mark(n->operands[i]);
-  }
-  for (int i = 0; i < tpu_graph_num_outputs(g); i++) mark(tpu_graph_output_value(g, i));
-  return used;
-}
-
 // A host input of a recorded op: its bytes (a scalar) or the CPU tensor holding it.
 tpu_value_t read_host(Pending &p, const tpu_node_t *param, const void *ptr, Inputs &inputs,
                       int rng, int rng_index) {
@@ -361,6 +335,20 @@ void flush_locked(Pending &p, const char *reason) {
 
 using namespace fused;
 
+OpGraph::OpGraph(const tpu_graph_t *g)
+    : graph(g), params(tpu_graph_num_params(g), nullptr), used(params.size(), false) {
+  auto mark = [&](tpu_value_t v) {
+    const tpu_node_t *n = tpu_graph_node(g, v);
+    if (n && n->op == TPU_OP_PARAMETER) used[n->attrs.param.index] = true;
+  };
+  for (int v = 0; v < tpu_graph_num_nodes(g); v++) {
+    const tpu_node_t *n = tpu_graph_node(g, v);
+    if (n->op == TPU_OP_PARAMETER) params[n->attrs.param.index] = n;
+    for (int i = 0; i < n->num_operands; i++) mark(n->operands[i]);
+  }
+  for (int i = 0; i < tpu_graph_num_outputs(g); i++) mark(tpu_graph_output_value(g, i));
+}
+
 namespace {
 thread_local int t_record_scopes = 0;  // RecordScopes alive on this thread
 }  // namespace
@@ -391,9 +379,9 @@ RecordScope::~RecordScope() {
 }
 
 void record_op(c10::Device device, const std::string &name, const std::vector<unsigned char> &key,
-               const tpu_graph_t *op_graph, Inputs &inputs,
-               const std::vector<at::Tensor> &tensors,
-               const std::vector<at::Tensor> &outputs, const RngUse &rng) {
+               const OpGraph &op, Inputs &inputs,
+               c10::ArrayRef<at::Tensor> tensors, c10::ArrayRef<at::Tensor> outputs,
+               const RngUse &rng) {
   Pending &p = pending(device.index());
   std::lock_guard<std::recursive_mutex> lock(p.mu);
   // A training step records its forward on the main thread and its backward on the
@@ -404,13 +392,15 @@ void record_op(c10::Device device, const std::string &name, const std::vector<un
     flush_locked(p, "thread switch");
   }
   p.recorder = std::this_thread::get_id();
-  const auto params = params_of(op_graph);
+  const tpu_graph_t *op_graph = op.graph;
+  const auto &params = op.params;
   TORCH_INTERNAL_ASSERT(params.size() == inputs.ptrs.size(), name, ": ", params.size(),
                         " parameters for ", inputs.ptrs.size(), " inputs");
   // a tensor the op only overwrites is not read: reading it would make it a parameter of
   // the pending graph, which would keep it alive (an output of a dead temporary)
-  const auto used = params_used(op_graph);
-  std::vector<tpu_value_t> values(params.size(), TPU_NO_VALUE);
+  const auto &used = op.used;
+  std::vector<tpu_value_t> &values = p.values;
+  values.assign(params.size(), TPU_NO_VALUE);
   for (int attempt = 0;; attempt++) {
     ensure_graph(p);
     bool conflict = false;

@@ -38,13 +38,25 @@ struct RngUse {
   int64_t count = 0;
 };
 
-// Records one op run. |op_graph|: its cached one-op graph (parameters in input order);
+// A one-op graph as record_op inlines it: the graph (never changed again, and kept by
+// its owner for the life of the process) and what recording reads of it, computed once.
+struct OpGraph {
+  OpGraph() = default;
+  explicit OpGraph(const tpu_graph_t *g);
+  const tpu_graph_t *graph = nullptr;
+  std::vector<const tpu_node_t *> params;  // the parameter nodes, by index
+  // Per parameter: whether a node or an output of the graph uses it. An op that
+  // overwrites an argument without reading it (fill_, zero_) leaves that parameter unused.
+  std::vector<bool> used;
+};
+
+// Records one op run. |op|: its cached one-op graph (parameters in input order);
 // |key|: its signature; |tensors|[i]: the tpu tensor input i reads, or nullptr for a host
 // input at inputs.ptrs[i]; |outputs|: the tensors its graph outputs write, in order.
 void record_op(c10::Device device, const std::string &name, const std::vector<unsigned char> &key,
-               const tpu_graph_t *op_graph, Inputs &inputs,
-               const std::vector<at::Tensor> &tensors,
-               const std::vector<at::Tensor> &outputs, const RngUse &rng);
+               const OpGraph &op, Inputs &inputs,
+               c10::ArrayRef<at::Tensor> tensors, c10::ArrayRef<at::Tensor> outputs,
+               const RngUse &rng);
 
 // Compiles and queues the pending graph of chip |index| (every chip if index < 0).
 // |reason| is counted in the statistics ("item", "fallback", "optimizer step", ...).

@@ -147,14 +147,21 @@ std::vector<unsigned char> adam_key(const AdamConfig &c, at::TensorList params) 
   return key;
 }
 
-const tpu_graph_t *adam_graph(const AdamConfig &c, at::TensorList params,
-                              const std::vector<unsigned char> &key) {
+const OpGraph &adam_graph(const AdamConfig &c, at::TensorList params,
+                          const std::vector<unsigned char> &key) {
+  struct Slot {
+    std::unique_ptr<tpu_graph_t, GraphDeleter> owner;
+    OpGraph op;
+  };
   static std::mutex mu;
-  static std::map<std::vector<unsigned char>, std::unique_ptr<tpu_graph_t, GraphDeleter>> graphs;
+  static std::map<std::vector<unsigned char>, Slot> graphs;  // nodes never move
   std::lock_guard<std::mutex> lock(mu);
-  auto &slot = graphs[key];
-  if (!slot) slot.reset(build_adam_graph(c, params));
-  return slot.get();
+  Slot &slot = graphs[key];
+  if (!slot.owner) {
+    slot.owner.reset(build_adam_graph(c, params));
+    slot.op = OpGraph(slot.owner.get());
+  }
+  return slot.op;
 }
 
 bool one_graph_case(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
@@ -175,7 +182,7 @@ void record_adam_graph(const char *op, const AdamConfig &c, at::TensorList param
                        at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
                        at::TensorList max_exp_avg_sqs, at::TensorList steps, double lr) {
   std::vector<unsigned char> key = adam_key(c, params);
-  const tpu_graph_t *graph = adam_graph(c, params, key);
+  const OpGraph &graph = adam_graph(c, params, key);
   Inputs inputs;
   std::vector<at::Tensor> tensors, outputs;
   for (size_t i = 0; i < params.size(); i++) {

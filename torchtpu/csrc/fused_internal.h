@@ -53,11 +53,13 @@ struct Pending {
   bool exporting = false;  // scalars become constants (torchtpu.export)
   bool capture_cut = false;
   std::thread::id recorder;        // the thread that recorded the pending ops
-  std::vector<tpu_value_t> map;    // inline scratch
+  std::vector<tpu_value_t> values;  // record_op scratch: the values of an op's inputs
+  std::vector<tpu_value_t> map;     // inline scratch
 
+  // Forgets what was recorded. The graph is emptied, not destroyed: the next one reuses
+  // its storage (a new graph of thousands of nodes costs page faults as it grows).
   void reset() {
-    tpu_graph_destroy(g);
-    g = nullptr;
+    tpu_graph_clear(g);
     params.clear();
     rngs.clear();
     storages.clear();

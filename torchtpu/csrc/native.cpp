@@ -16,6 +16,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -150,11 +151,24 @@ const OpInfo &op_info(const c10::OperatorHandle &op) {
 
 // ---- signature keys --------------------------------------------------------------------------
 
+// A key is built on every op call: its buffer is the thread's spare one (kept with its
+// capacity from the last call), given back when the key dies.
 class Key {
  public:
+  Key() {
+    buf_.swap(spare());
+    buf_.clear();
+  }
+  ~Key() {
+    if (buf_.capacity() > spare().capacity()) buf_.swap(spare());
+  }
+  Key(const Key &) = delete;
+  Key &operator=(const Key &) = delete;
+
   void bytes(const void *p, size_t n) {
-    const auto *c = static_cast<const unsigned char *>(p);
-    buf_.insert(buf_.end(), c, c + n);
+    size_t at = buf_.size();
+    buf_.resize(at + n);
+    std::memcpy(buf_.data() + at, p, n);
   }
   template <typename T>
   void pod(const T &v) {
@@ -173,6 +187,10 @@ class Key {
   }
 
  private:
+  static std::vector<unsigned char> &spare() {
+    thread_local std::vector<unsigned char> buf;
+    return buf;
+  }
   std::vector<unsigned char> buf_;
 };
 
@@ -389,8 +407,7 @@ void add_params(LowerCtx &ctx, const Call &call) {
 // |tensors| (if given) receives per input the tpu tensor it reads, or an undefined tensor
 // for a host input (a scalar or a CPU tensor).
 void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset,
-                    std::vector<at::Tensor> *tensors) {
-  in.host_copies.reserve(call.args.size());
+                    c10::SmallVectorImpl<at::Tensor> *tensors) {
   auto add_tensor = [&](const at::Tensor &t) {
     if (is_cpu_scalar(t)) {
       in.scalar_slot(t.const_data_ptr(), t.element_size());
@@ -524,7 +541,7 @@ bool graph_is_elementwise(const tpu_graph_t *g) {
 struct ProgramInfo {
   std::vector<bool> undefined;      // per return
   std::vector<size_t> update_args;  // outputs after the defined returns write these args
-  const tpu_graph_t *graph = nullptr;  // the lowered graph, which fused mode inlines
+  OpGraph graph;  // the lowered graph, which fused mode inlines
 };
 
 std::mutex g_programs_mu;
@@ -744,7 +761,7 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 std::chrono::steady_clock::now() - start).count();
   disk_cache_put(call.key.data(), raw, opts, encode_program(prog));
-  prog.graph = g.release();  // kept with the executable, for the life of the process
+  prog.graph = OpGraph(g.release());  // kept with the executable, for the life of the process
   {
     std::lock_guard<std::mutex> lock(g_programs_mu);
     g_programs[exe] = prog;
@@ -773,7 +790,7 @@ tpu_executable_t *load_call(const Call &call) {
     disk_cache_count_error();
     return nullptr;
   }
-  prog.graph = g.release();  // kept with the executable, for the life of the process
+  prog.graph = OpGraph(g.release());  // kept with the executable, for the life of the process
   {
     std::lock_guard<std::mutex> lock(g_programs_mu);
     g_programs[exe] = prog;
@@ -949,8 +966,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   // results: the written argument, or a new tensor laid out as compiled
   const ProgramInfo &prog = *program_info(exe);
   const size_t num_returns = info.return_alias.size();
-  std::vector<at::Tensor> results(num_returns);
-  std::vector<void *> outputs;
+  c10::SmallVector<at::Tensor, 4> results(num_returns);
   int out_index = 0;
   for (size_t r = 0; r < num_returns; r++) {
     if (r < prog.undefined.size() && prog.undefined[r]) continue;
@@ -958,7 +974,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
       results[r] = *o;
     } else {
       const tpu_shape_t *s = tpu_executable_output_shape(exe, out_index);
-      std::vector<int64_t> sizes(s->dims, s->dims + s->rank);
+      c10::IntArrayRef sizes(s->dims, s->rank);
       int64_t st[TPU_MAX_RANK];
       at::ScalarType dt = to_scalar_type(tpu_executable_output_dtype(exe, out_index));
       auto options = at::TensorOptions().dtype(dt).device(call.device);
@@ -968,10 +984,8 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
         results[r] = at::empty(sizes, options);
       }
     }
-    outputs.push_back(results[r].data_ptr());
     out_index++;
   }
-  for (size_t arg : prog.update_args) outputs.push_back(call.args[arg].toTensor().data_ptr());
   uint64_t seed = 0, offset = 0;
   RngUse rng;
   if (info.random) {
@@ -988,7 +1002,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   }
   Inputs inputs;
   if (recording(call.device.index())) {
-    std::vector<at::Tensor> tensors, written;  // read per input; written per output
+    c10::SmallVector<at::Tensor, 8> tensors, written;  // read per input; written per output
     collect_inputs(call, inputs, seed, offset, &tensors);
     for (const at::Tensor &t : results) {
       if (t.defined()) written.push_back(t);
@@ -997,6 +1011,12 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     record_op(call.device, info.name, call.key.data(), prog.graph, inputs, tensors, written, rng);
   } else {
     collect_inputs(call, inputs, seed, offset, nullptr);
+    std::vector<void *> outputs;
+    for (size_t r = 0; r < num_returns; r++) {
+      if (r < prog.undefined.size() && prog.undefined[r]) continue;
+      outputs.push_back(results[r].data_ptr());
+    }
+    for (size_t arg : prog.update_args) outputs.push_back(call.args[arg].toTensor().data_ptr());
     launch_executable(exe, std::move(inputs), std::move(outputs), call.device, info.name);
     if (eager_mode() == EagerMode::Debug) synchronize_device(call.device.index());
     exe = nullptr;
@@ -1033,7 +1053,7 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
   if ((exe = disk_cache_fetch(k, "aten::copy_", &loaded, nullptr, &load_ns))) {
     {
       std::lock_guard<std::mutex> lock(g_programs_mu);
-      g_programs[exe].graph = loaded;  // kept with the executable, for the life of the process
+      g_programs[exe].graph = OpGraph(loaded);  // kept with the executable, for life
     }
     tpu_cache_insert(executable_cache(), k.data(), k.size(), hash, exe, load_ns);
     return exe;
@@ -1065,7 +1085,7 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
   disk_cache_put(k, raw, opts);
   {
     std::lock_guard<std::mutex> lock(g_programs_mu);
-    g_programs[exe].graph = g.release();
+    g_programs[exe].graph = OpGraph(g.release());
   }
   return exe;
 }

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/util/SmallVector.h>
 
 #include <array>
 #include <deque>
@@ -72,7 +73,7 @@ struct LoweringRegistrar {
 // The run-time inputs of one executable run, in parameter order: device pointers, host
 // scalar values, and host tensors the run reads (kept alive until it has run).
 struct Inputs {
-  std::vector<void *> ptrs;
+  c10::SmallVector<void *, 8> ptrs;  // inline: an op has a few inputs
   std::deque<std::array<unsigned char, 16>> slots;  // scalar values (addresses are stable)
   std::vector<at::Tensor> host_copies;              // CPU tensors read at run time
   void scalar_slot(const void *value, size_t n);    // appends a slot and its pointer
