@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "tpu/kernels.h"
 #include "torch_reference.h"
 
@@ -38,29 +38,14 @@ static const char *const kNames[NROWS] = {"bmm qk^T 32x(32,16)@(16,32)",
                                           "max last dim 32 (32768)",
                                           "sum last dim 64 (16384)"};
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+typedef struct mem {
+  float *x, *y, *o;
+} mem_t;
 
-static tpu_buf_t buf(void *data, int rank, const int64_t *dims, const int64_t *strides) {
-  tpu_buf_t b;
-  memset(&b, 0, sizeof b);
-  b.data = data;
-  b.dtype = TPU_F32;
-  b.rank = rank;
-  for (int d = 0; d < rank; d++) {
-    b.dims[d] = dims[d];
-    b.strides[d] = strides[d];
-  }
-  return b;
-}
-
-static tpu_status_t run(int row, float *x, float *y, float *o) {
-  static const int64_t d32[3] = {32, 32, 32}, s32[3] = {1024, 32, 1};
-  static const int64_t d16[3] = {32, 32, 16}, s16[3] = {512, 16, 1};
+static tpu_status_t run(int row, void *ctx) {
+  static const int64_t d32[3] = {32, 32, 32}, d16[3] = {32, 32, 16};
   static const bool last4[4] = {false, false, false, true}, last3[3] = {false, false, true};
+  const mem_t *m = ctx;
   tpu_dot_attrs_t at;
   memset(&at, 0, sizeof at);
   at.num_batch = 1;
@@ -68,30 +53,34 @@ static tpu_status_t run(int row, float *x, float *y, float *o) {
   at.precision = TPU_PRECISION_DEFAULT;
   switch (row) {
     case QKT: { /* (32,32,16) x (32,32,16) contracting dim 2 of both -> (32,32,32) */
-      tpu_buf_t q = buf(x, 3, d16, s16), k = buf(y, 3, d16, s16), out = buf(o, 3, d32, s32);
+      tpu_buf_t q = bench_buf(m->x, TPU_F32, 3, d16, NULL);
+      tpu_buf_t k = bench_buf(m->y, TPU_F32, 3, d16, NULL);
+      tpu_buf_t out = bench_buf(m->o, TPU_F32, 3, d32, NULL);
       at.lhs_contract[0] = 2;
       at.rhs_contract[0] = 2;
       return tpu_kernel_dot_general(&at, &q, &k, &out, NULL);
     }
     case PV:
     case PTDO: { /* (32,32,32) x (32,32,16) contracting lhs dim 2 (or 1) with rhs dim 1 */
-      tpu_buf_t p = buf(x, 3, d32, s32), v = buf(y, 3, d16, s16), out = buf(o, 3, d16, s16);
+      tpu_buf_t p = bench_buf(m->x, TPU_F32, 3, d32, NULL);
+      tpu_buf_t v = bench_buf(m->y, TPU_F32, 3, d16, NULL);
+      tpu_buf_t out = bench_buf(m->o, TPU_F32, 3, d16, NULL);
       at.lhs_contract[0] = row == PV ? 2 : 1;
       at.rhs_contract[0] = 1;
       return tpu_kernel_dot_general(&at, &p, &v, &out, NULL);
     }
     case SUM32:
     case MAX32: {
-      static const int64_t d4[4] = {8, 4, 32, 32}, s4[4] = {4096, 1024, 32, 1};
-      static const int64_t d3[3] = {8, 4, 32}, s3[3] = {128, 32, 1};
-      tpu_buf_t in = buf(x, 4, d4, s4), out = buf(o, 3, d3, s3);
+      static const int64_t d4[4] = {8, 4, 32, 32}, d3[3] = {8, 4, 32};
+      tpu_buf_t in = bench_buf(m->x, TPU_F32, 4, d4, NULL);
+      tpu_buf_t out = bench_buf(m->o, TPU_F32, 3, d3, NULL);
       return tpu_kernel_reduce(row == SUM32 ? TPU_REDUCE_SUM : TPU_REDUCE_MAX, &in, last4, &out,
                                NULL);
     }
     default: {
-      static const int64_t d3[3] = {8, 32, 64}, s3[3] = {2048, 64, 1};
-      static const int64_t d2[2] = {8, 32}, s2[2] = {32, 1};
-      tpu_buf_t in = buf(x, 3, d3, s3), out = buf(o, 2, d2, s2);
+      static const int64_t d3[3] = {8, 32, 64}, d2[2] = {8, 32};
+      tpu_buf_t in = bench_buf(m->x, TPU_F32, 3, d3, NULL);
+      tpu_buf_t out = bench_buf(m->o, TPU_F32, 2, d2, NULL);
       return tpu_kernel_reduce(TPU_REDUCE_SUM, &in, last3, &out, NULL);
     }
   }
@@ -106,46 +95,26 @@ static const char *kTorchScript =
     "rows=[lambda:torch.bmm(q,k.transpose(1,2),out=o32),lambda:torch.bmm(p,v,out=o16),\n"
     " lambda:torch.bmm(p.transpose(1,2),v,out=o16),lambda:torch.sum(x,3,out=r3),\n"
     " lambda:torch.amax(x,3,out=r3),lambda:torch.sum(l,2,out=r2)]\n"
-    "for f in rows:\n"
-    "  f();best=1e9\n"
-    "  for _ in range(20):\n"
-    "    t=time.perf_counter()\n"
-    "    for _ in range(100): f()\n"
-    "    best=min(best,(time.perf_counter()-t)/100)\n"
-    "  print(best*1e6)\n";
-
-static int torch_us(double out[NROWS]) {
-  return torch_reference_us(kTorchScript, "build/attn_small_torch.py", NROWS, out);
-}
+    BENCH_TORCH_BEST_OF(ROUNDS, CALLS);
 
 int main(int argc, char **argv) {
-  float *x = calloc(32768, 4), *y = calloc(32768, 4), *o = calloc(32768, 4);
-  if (!x || !y || !o) return 1;
+  mem_t m = {calloc(32768, 4), calloc(32768, 4), calloc(32768, 4)};
+  if (!m.x || !m.y || !m.o) return 1;
   srand(1);
   for (int i = 0; i < 32768; i++) {
-    x[i] = (float)(rand() % 1000) / 100.0f - 5.0f;
-    y[i] = (float)(rand() % 1000) / 100.0f - 5.0f;
+    m.x[i] = (float)(rand() % 1000) / 100.0f - 5.0f;
+    m.y[i] = (float)(rand() % 1000) / 100.0f - 5.0f;
   }
   int only = argc > 1 ? atoi(argv[1]) : -1; /* one row only (for perf) */
   double ours[NROWS], torch[NROWS];
   for (int r = 0; r < NROWS; r++) {
     ours[r] = 0;
     if (only >= 0 && r != only) continue;
-    ours[r] = 1e30;
-    for (int round = 0; round < (only >= 0 ? 50 * ROUNDS : ROUNDS); round++) {
-      double t = now_s();
-      for (int c = 0; c < CALLS; c++) {
-        if (run(r, x, y, o) != TPU_OK) {
-          fprintf(stderr, "%s: %s\n", kNames[r], tpu_status_message());
-          return 1;
-        }
-      }
-      t = (now_s() - t) / CALLS;
-      if (t < ours[r]) ours[r] = t;
-    }
-    ours[r] *= 1e6;
+    ours[r] = bench_case_us(run, r, &m, kNames[r], only >= 0 ? 50 * ROUNDS : ROUNDS, CALLS);
+    if (ours[r] < 0) return 1;
   }
-  int have_torch = only < 0 && torch_us(torch);
+  int have_torch =
+      only < 0 && torch_reference_us(kTorchScript, "build/attn_small_torch.py", NROWS, torch);
   const tpu_cpu_features_t *f = tpu_cpu_features();
   printf("attention-sized kernels, one thread, us per call (best of %d x %d); ISA %s%s\n", ROUNDS,
          CALLS, f->avx512f ? "avx512" : f->avx2_fma ? "avx2" : "portable",
@@ -158,8 +127,8 @@ int main(int argc, char **argv) {
     if (have_torch) printf(" %8.2f %6.2fx", torch[r], ours[r] / torch[r]);
     printf("\n");
   }
-  free(x);
-  free(y);
-  free(o);
+  free(m.x);
+  free(m.y);
+  free(m.o);
   return 0;
 }

@@ -22,10 +22,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "tpu/kernels.h"
 #include "vtpu/kernels/ew_program.h"
 
@@ -33,21 +32,12 @@
 #define REPS 5   /* timed runs per row per round (after one warm-up) */
 #define ROUNDS 5 /* rounds alternate ours and PyTorch's; each row keeps its best */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static const int64_t kN[1] = {N}, kBroadcast[1] = {0};
 
-static tpu_buf_t vec(void *data, tpu_dtype_t dt) {
-  tpu_shape_t s = {1, {N}};
-  return tpu_buf_dense(data, dt, &s);
-}
+static tpu_buf_t vec(void *data, tpu_dtype_t dt) { return bench_buf(data, dt, 1, kN, NULL); }
 
 static tpu_buf_t scalar(void *data, tpu_dtype_t dt) {
-  tpu_buf_t b = vec(data, dt);
-  b.strides[0] = 0; /* broadcast */
-  return b;
+  return bench_buf(data, dt, 1, kN, kBroadcast);
 }
 
 enum { ADD, MULS, EXP, TANH, ERF, SIGMOID, TO_BF16, FROM_BF16, ADD_BF16, GELU, GELU_FUSED, NROWS };
@@ -60,6 +50,7 @@ typedef struct bufs {
   float *a, *b, *o;
   uint16_t *ha, *hb, *ho;
   float half, inv_sqrt2, one;
+  tpu_pool_t *pool; /* the threads of the pass being timed */
 } bufs;
 
 /* gelu as one fused program (src/vtpu/kernels/ew_program.h). */
@@ -69,7 +60,9 @@ static const tpu_ew_program_t kGelu = {
                {TPU_OP_MUL, 4, 4, 0}, {TPU_OP_MUL, 4, 4, 3}},
     .result = 4};
 
-static tpu_status_t run(int row, bufs *m, tpu_pool_t *pool) {
+static tpu_status_t run(int row, void *ctx) {
+  bufs *m = ctx;
+  tpu_pool_t *pool = m->pool;
   tpu_buf_t a = vec(m->a, TPU_F32), b = vec(m->b, TPU_F32), o = vec(m->o, TPU_F32);
   tpu_buf_t ha = vec(m->ha, TPU_BF16), hb = vec(m->hb, TPU_BF16), ho = vec(m->ho, TPU_BF16);
   tpu_buf_t half = scalar(&m->half, TPU_F32), is2 = scalar(&m->inv_sqrt2, TPU_F32);
@@ -97,18 +90,11 @@ static tpu_status_t run(int row, bufs *m, tpu_pool_t *pool) {
   }
 }
 
-static double bench_row(int row, bufs *m, tpu_pool_t *pool) {
-  double best = 1e30;
-  for (int r = 0; r <= REPS; r++) { /* the first run warms up (page faults) */
-    double t = now_s();
-    if (run(row, m, pool) != TPU_OK) {
-      fprintf(stderr, "%s: %s\n", kNames[row], tpu_status_message());
-      return 0;
-    }
-    t = now_s() - t;
-    if (r && t < best) best = t;
-  }
-  return kBytes[row] * N / best / 1e9;
+/* GB/s of one row on m->pool: the best of REPS runs after a warm-up (page faults); 0 on an
+ * error. */
+static double bench_row(int row, bufs *m) {
+  double us = bench_case_us(run, row, m, kNames[row], REPS, 1);
+  return us < 0 ? 0 : kBytes[row] * N / (us * 1e-6) / 1e9;
 }
 
 /* PyTorch's GB/s per row for 1 and 2 threads, from one python process. */
@@ -175,8 +161,9 @@ int main(void) {
   }
   for (int round = 0; round < ROUNDS; round++) {
     for (int t = 0; t < 2; t++) {
+      m.pool = pools[t];
       for (int r = 0; r < NROWS; r++) {
-        double g = bench_row(r, &m, pools[t]);
+        double g = bench_row(r, &m);
         if (g > ours[t][r]) ours[t][r] = g;
       }
     }

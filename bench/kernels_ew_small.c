@@ -34,33 +34,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "tpu/kernels.h"
 #include "torch_reference.h"
 
 #define ROUNDS 20
 #define CALLS 100
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static tpu_buf_t buf(void *data, tpu_dtype_t dt, int rank, const int64_t *dims,
-                     const int64_t *strides) {
-  tpu_buf_t b;
-  memset(&b, 0, sizeof b);
-  b.data = data;
-  b.dtype = dt;
-  b.rank = rank;
-  for (int d = 0; d < rank; d++) {
-    b.dims[d] = dims[d];
-    b.strides[d] = strides[d];
-  }
-  return b;
-}
 
 enum { ADD, EQ_SCALAR, EQ_DENSE, WHERE, MUL_Q, COPY_Q, COPY_DENSE, FILL, ALL_LAST, AMAX_LAST,
        NE_BOOL, MUL_KT, COPY_KT, COPY_HEADS, ERF, BMM_PV, BMM_QK, NROWS };
@@ -75,20 +55,22 @@ typedef struct mem {
   uint8_t *b, *bo, *pred, *rb, bscalar;
 } mem_t;
 
-static tpu_status_t run(int row, const mem_t *m) {
-  static const int64_t d4[4] = {8, 4, 32, 32}, s4[4] = {4096, 1024, 32, 1}, z4[4] = {0, 0, 0, 0};
-  static const int64_t ps[4] = {128, 32, 1, 0}, qd[4] = {8, 4, 32, 16};
-  static const int64_t qs[4] = {6144, 16, 192, 1}, qos[4] = {2048, 512, 16, 1};
-  static const int64_t d1[1] = {49152}, s1[1] = {1}, d3[3] = {8, 4, 32}, s3[3] = {128, 32, 1};
+static tpu_status_t run(int row, void *ctx) {
+  static const int64_t d4[4] = {8, 4, 32, 32}, z4[4] = {0, 0, 0, 0}, ps[4] = {128, 32, 1, 0};
+  static const int64_t qd[4] = {8, 4, 32, 16}, qs[4] = {6144, 16, 192, 1};
+  static const int64_t d1[1] = {49152}, d3[3] = {8, 4, 32};
   static const bool last[4] = {false, false, false, true};
-  tpu_buf_t x = buf(m->x, TPU_F32, 4, d4, s4), y = buf(m->y, TPU_F32, 4, d4, s4);
-  tpu_buf_t o = buf(m->o, TPU_F32, 4, d4, s4), b = buf(m->b, TPU_BOOL, 4, d4, s4);
-  tpu_buf_t sc = buf((void *)&m->scalar, TPU_F32, 4, d4, z4);
-  tpu_buf_t pred = buf(m->pred, TPU_BOOL, 4, d4, ps);
-  tpu_buf_t q = buf(m->qkv, TPU_F32, 4, qd, qs), qo = buf(m->qo, TPU_F32, 4, qd, qos);
-  tpu_buf_t qsc = buf((void *)&m->scalar, TPU_F32, 4, qd, z4);
-  tpu_buf_t f1 = buf(m->f1, TPU_F32, 1, d1, s1), f2 = buf(m->f2, TPU_F32, 1, d1, s1);
-  tpu_buf_t rb = buf(m->rb, TPU_BOOL, 3, d3, s3), rf = buf(m->rf, TPU_F32, 3, d3, s3);
+  const mem_t *m = ctx;
+  tpu_buf_t x = bench_buf(m->x, TPU_F32, 4, d4, NULL), y = bench_buf(m->y, TPU_F32, 4, d4, NULL);
+  tpu_buf_t o = bench_buf(m->o, TPU_F32, 4, d4, NULL), b = bench_buf(m->b, TPU_BOOL, 4, d4, NULL);
+  tpu_buf_t sc = bench_buf((void *)&m->scalar, TPU_F32, 4, d4, z4);
+  tpu_buf_t pred = bench_buf(m->pred, TPU_BOOL, 4, d4, ps);
+  tpu_buf_t q = bench_buf(m->qkv, TPU_F32, 4, qd, qs), qo = bench_buf(m->qo, TPU_F32, 4, qd, NULL);
+  tpu_buf_t qsc = bench_buf((void *)&m->scalar, TPU_F32, 4, qd, z4);
+  tpu_buf_t f1 = bench_buf(m->f1, TPU_F32, 1, d1, NULL);
+  tpu_buf_t f2 = bench_buf(m->f2, TPU_F32, 1, d1, NULL);
+  tpu_buf_t rb = bench_buf(m->rb, TPU_BOOL, 3, d3, NULL);
+  tpu_buf_t rf = bench_buf(m->rf, TPU_F32, 3, d3, NULL);
   switch (row) {
     case ADD: return tpu_kernel_binary(TPU_OP_ADD, &x, &y, &o, NULL);
     case EQ_SCALAR: return tpu_kernel_compare(TPU_CMP_EQ, &x, &sc, &b, NULL);
@@ -101,54 +83,47 @@ static tpu_status_t run(int row, const mem_t *m) {
     case ALL_LAST: return tpu_kernel_reduce(TPU_REDUCE_AND, &b, last, &rb, NULL);
     case AMAX_LAST: return tpu_kernel_reduce(TPU_REDUCE_MAX, &x, last, &rf, NULL);
     case NE_BOOL: {
-      tpu_buf_t bs = buf((void *)&m->bscalar, TPU_BOOL, 4, d4, z4);
-      tpu_buf_t bo = buf(m->bo, TPU_BOOL, 4, d4, s4);
+      tpu_buf_t bs = bench_buf((void *)&m->bscalar, TPU_BOOL, 4, d4, z4);
+      tpu_buf_t bo = bench_buf(m->bo, TPU_BOOL, 4, d4, NULL);
       return tpu_kernel_compare(TPU_CMP_NE, &b, &bs, &bo, NULL);
     }
     case MUL_KT: {
       static const int64_t kd[4] = {8, 4, 16, 32}, ks[4] = {6144, 16, 1, 192};
-      static const int64_t kos[4] = {2048, 512, 32, 1};
-      tpu_buf_t k = buf(m->qkv, TPU_F32, 4, kd, ks), ko = buf(m->qo, TPU_F32, 4, kd, kos);
-      tpu_buf_t ksc = buf((void *)&m->scalar, TPU_F32, 4, kd, z4);
+      tpu_buf_t k = bench_buf(m->qkv, TPU_F32, 4, kd, ks);
+      tpu_buf_t ko = bench_buf(m->qo, TPU_F32, 4, kd, NULL);
+      tpu_buf_t ksc = bench_buf((void *)&m->scalar, TPU_F32, 4, kd, z4);
       return tpu_kernel_binary(TPU_OP_MUL, &k, &ksc, &ko, NULL);
     }
     case COPY_KT: {
       static const int64_t kd[4] = {8, 4, 16, 32}, ks[4] = {6144, 16, 1, 192};
-      static const int64_t kos[4] = {2048, 512, 32, 1};
-      tpu_buf_t k = buf(m->qkv, TPU_F32, 4, kd, ks), ko = buf(m->qo, TPU_F32, 4, kd, kos);
+      tpu_buf_t k = bench_buf(m->qkv, TPU_F32, 4, kd, ks);
+      tpu_buf_t ko = bench_buf(m->qo, TPU_F32, 4, kd, NULL);
       return tpu_kernel_copy(&k, &ko, NULL);
     }
     case COPY_HEADS: { /* (8,4,32,16) heads back to (8,32,4,16) rows */
       static const int64_t hd[4] = {8, 32, 4, 16}, hs[4] = {2048, 16, 512, 1};
-      static const int64_t hos[4] = {2048, 64, 16, 1};
-      tpu_buf_t h = buf(m->x, TPU_F32, 4, hd, hs), ho = buf(m->qo, TPU_F32, 4, hd, hos);
+      tpu_buf_t h = bench_buf(m->x, TPU_F32, 4, hd, hs);
+      tpu_buf_t ho = bench_buf(m->qo, TPU_F32, 4, hd, NULL);
       return tpu_kernel_copy(&h, &ho, NULL);
     }
     case ERF: return tpu_kernel_unary(TPU_OP_ERF, &f1, &f2, NULL);
     default: {
-      static const int64_t ad[3] = {32, 32, 32}, as[3] = {1024, 32, 1};
-      static const int64_t bd[3] = {32, 32, 16}, bs_[3] = {512, 16, 1};
-      static const int64_t qd3[3] = {32, 32, 16}, kd3[3] = {32, 32, 16}, kts[3] = {512, 1, 32};
+      static const int64_t ad[3] = {32, 32, 32}, bd[3] = {32, 32, 16};
       tpu_dot_attrs_t at;
       memset(&at, 0, sizeof at);
       at.num_batch = 1;
       at.num_contract = 1;
       at.precision = TPU_PRECISION_DEFAULT;
-      if (row == BMM_PV) { /* (32,32,32) @ (32,32,16) -> (32,32,16) */
-        tpu_buf_t a = buf(m->x, TPU_F32, 3, ad, as), bb = buf(m->qkv, TPU_F32, 3, bd, bs_);
-        tpu_buf_t oo = buf(m->o, TPU_F32, 3, bd, bs_);
-        at.lhs_contract[0] = 2;
-        at.rhs_contract[0] = 1;
-        return tpu_kernel_dot_general(&at, &a, &bb, &oo, NULL);
-      }
-      /* (32,32,16) q @ k^T where k is (32,32,16) read as (32,16,32) strides (512,1,16):
-       * contract q dim 2 with k dim 2 -> (32,32,32) */
-      tpu_buf_t q3 = buf(m->qkv, TPU_F32, 3, qd3, bs_), k3 = buf(m->f1, TPU_F32, 3, kd3, bs_);
-      tpu_buf_t oo = buf(m->o, TPU_F32, 3, ad, as);
-      (void)kts;
+      /* BMM_PV: (32,32,32) @ (32,32,16) -> (32,32,16); BMM_QK: (32,32,16) q @ k^T where k is
+       * (32,32,16) read as (32,16,32) strides (512,1,16): contract q dim 2 with k dim 2 ->
+       * (32,32,32) */
+      const bool pv = row == BMM_PV;
+      tpu_buf_t lhs = bench_buf(pv ? m->x : m->qkv, TPU_F32, 3, pv ? ad : bd, NULL);
+      tpu_buf_t rhs = bench_buf(pv ? m->qkv : m->f1, TPU_F32, 3, bd, NULL);
+      tpu_buf_t out = bench_buf(m->o, TPU_F32, 3, pv ? bd : ad, NULL);
       at.lhs_contract[0] = 2;
-      at.rhs_contract[0] = 2;
-      return tpu_kernel_dot_general(&at, &q3, &k3, &oo, NULL);
+      at.rhs_contract[0] = pv ? 1 : 2;
+      return tpu_kernel_dot_general(&at, &lhs, &rhs, &out, NULL);
     }
   }
 }
@@ -176,17 +151,7 @@ static const char *kTorchScript =
     " lambda:ko.copy_(kt),lambda:qo.view(8,32,4,16).copy_(x.view(-1)[:16384].as_strided((8,32,4,16),(2048,16,512,1))),\n"
     " lambda:torch.erf(f1,out=f2),lambda:torch.bmm(a3,b3,out=o3),\n"
     " lambda:torch.bmm(q3,k3.transpose(1,2),out=o4)]\n"
-    "for f in rows:\n"
-    "  f();best=1e9\n"
-    "  for _ in range(20):\n"
-    "    t=time.perf_counter()\n"
-    "    for _ in range(100): f()\n"
-    "    best=min(best,(time.perf_counter()-t)/100)\n"
-    "  print(best*1e6)\n";
-
-static int torch_us(double out[NROWS]) {
-  return torch_reference_us(kTorchScript, "build/kernels_ew_small_torch.py", NROWS, out);
-}
+    BENCH_TORCH_BEST_OF(ROUNDS, CALLS);
 
 int main(void) {
   mem_t m;
@@ -218,21 +183,11 @@ int main(void) {
   for (int i = 0; i < 49152; i++) m.qkv[i] = m.f1[i] = (float)(rand() % 100) / 10.0f;
   double ours[NROWS], torch[NROWS];
   for (int r = 0; r < NROWS; r++) {
-    ours[r] = 1e30;
-    for (int round = 0; round < ROUNDS; round++) {
-      double t = now_s();
-      for (int c = 0; c < CALLS; c++) {
-        if (run(r, &m) != TPU_OK) {
-          fprintf(stderr, "%s: %s\n", kNames[r], tpu_status_message());
-          return 1;
-        }
-      }
-      t = (now_s() - t) / CALLS;
-      if (t < ours[r]) ours[r] = t;
-    }
-    ours[r] *= 1e6;
+    ours[r] = bench_case_us(run, r, &m, kNames[r], ROUNDS, CALLS);
+    if (ours[r] < 0) return 1;
   }
-  int have_torch = torch_us(torch);
+  int have_torch =
+      torch_reference_us(kTorchScript, "build/kernels_ew_small_torch.py", NROWS, torch);
   const tpu_cpu_features_t *f = tpu_cpu_features();
   printf("small elementwise kernels, one thread, us per call (best of %d x %d); ISA %s\n", ROUNDS,
          CALLS, f->avx512f ? "avx512" : f->avx2_fma ? "avx2" : "portable");

@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "tpu/kernels.h"
 #include "torch_reference.h"
 #include "vtpu/kernels/ew_program.h"
@@ -31,26 +31,9 @@
 #define ROUNDS 20
 #define CALLS 100
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A dense row-major buffer, dims with a trailing 1 kept (broadcast along it). */
 static tpu_buf_t dense(void *data, tpu_dtype_t dt, int rank, const int64_t *dims) {
-  tpu_buf_t b;
-  memset(&b, 0, sizeof b);
-  b.data = data;
-  b.dtype = dt;
-  b.rank = rank;
-  int64_t st = 1;
-  for (int d = rank - 1; d >= 0; d--) {
-    b.dims[d] = dims[d];
-    b.strides[d] = st;
-    st *= dims[d];
-  }
-  return b;
+  return bench_buf(data, dt, rank, dims, NULL);
 }
 
 enum { SM_DIVSEL, SM_SUBEXP, SUM32, SOFTMAX, LN_TAIL, LN_SQ, SUM64, LAYERNORM, NROWS };
@@ -79,11 +62,12 @@ typedef struct mem {
   uint8_t *pred;
 } mem_t;
 
-static tpu_status_t run(int row, const mem_t *m) {
+static tpu_status_t run(int row, void *ctx) {
   static const int64_t d4[4] = {8, 4, 32, 32}, r4[4] = {8, 4, 32, 1}, s3[3] = {8, 4, 32};
   static const int64_t d3[3] = {8, 32, 64}, r3[3] = {8, 32, 1}, w3[3] = {1, 1, 64};
   static const int64_t h2[2] = {8, 32};
   static const bool last4[4] = {false, false, false, true}, last3[3] = {false, false, true};
+  const mem_t *m = ctx;
   tpu_buf_t x = dense(m->x, TPU_F32, 4, d4), e = dense(m->e, TPU_F32, 4, d4);
   tpu_buf_t o = dense(m->o, TPU_F32, 4, d4), mx = dense(m->m, TPU_F32, 4, r4);
   tpu_buf_t s = dense(m->s, TPU_F32, 4, r4), p = dense(m->pred, TPU_BOOL, 4, r4);
@@ -134,17 +118,7 @@ static const char *kTorchScript =
     " lambda:torch.exp(torch.sub(x,m,out=e),out=e),lambda:torch.sum(e,3,out=s3),\n"
     " lambda:torch.softmax(x,3),ln_tail,ln_sq,lambda:torch.sum(h,2,out=m2),\n"
     " lambda:torch.layer_norm(h,(64,),w,b)]\n"
-    "for f in rows:\n"
-    "  f();best=1e9\n"
-    "  for _ in range(20):\n"
-    "    t=time.perf_counter()\n"
-    "    for _ in range(100): f()\n"
-    "    best=min(best,(time.perf_counter()-t)/100)\n"
-    "  print(best*1e6)\n";
-
-static int torch_us(double out[NROWS]) {
-  return torch_reference_us(kTorchScript, "build/kernels_fused_rows_torch.py", NROWS, out);
-}
+    BENCH_TORCH_BEST_OF(ROUNDS, CALLS);
 
 int main(int argc, char **argv) {
   /* an argument picks one row and runs it for that many seconds (for perf record) */
@@ -162,8 +136,8 @@ int main(int argc, char **argv) {
   if (!m.pred) return 1;
   for (int i = 0; i < 1024; i++) m.pred[i] = (uint8_t)(rand() % 16 == 0);
   if (only >= 0) {
-    double end = now_s() + secs;
-    while (now_s() < end) {
+    double end = bench_now_s() + secs;
+    while (bench_now_s() < end) {
       for (int c = 0; c < CALLS; c++) {
         if (run(only, &m) != TPU_OK) return 1;
       }
@@ -172,21 +146,11 @@ int main(int argc, char **argv) {
   }
   double ours[NROWS], torch[NROWS];
   for (int r = 0; r < NROWS; r++) {
-    ours[r] = 1e30;
-    for (int round = 0; round < ROUNDS; round++) {
-      double t = now_s();
-      for (int c = 0; c < CALLS; c++) {
-        if (run(r, &m) != TPU_OK) {
-          fprintf(stderr, "%s: %s\n", kNames[r], tpu_status_message());
-          return 1;
-        }
-      }
-      t = (now_s() - t) / CALLS;
-      if (t < ours[r]) ours[r] = t;
-    }
-    ours[r] *= 1e6;
+    ours[r] = bench_case_us(run, r, &m, kNames[r], ROUNDS, CALLS);
+    if (ours[r] < 0) return 1;
   }
-  int have_torch = torch_us(torch);
+  int have_torch =
+      torch_reference_us(kTorchScript, "build/kernels_fused_rows_torch.py", NROWS, torch);
   printf("fused short-row kernels, one thread, us per call (best of %d x %d)\n", ROUNDS, CALLS);
   printf("%-24s %8s", "op", "ours");
   if (have_torch) printf(" %8s %7s", "torch", "ratio");

@@ -15,26 +15,15 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+#include <string.h>
 
+#include "bench_util.h"
 #include "tpu/kernels.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
+/* An (n, n) row-major matrix. */
 static tpu_buf_t square(void *data, tpu_dtype_t dt, int64_t n) {
-  tpu_buf_t b;
-  memset(&b, 0, sizeof b);
-  b.data = data;
-  b.dtype = dt;
-  b.rank = 2;
-  b.dims[0] = b.dims[1] = n;
-  b.strides[0] = n;
-  b.strides[1] = 1;
-  return b;
+  const int64_t dims[2] = {n, n};
+  return bench_buf(data, dt, 2, dims, NULL);
 }
 
 /* Best-of-reps GFLOP/s of one configuration. */
@@ -52,12 +41,12 @@ static double bench(int64_t n, tpu_dtype_t in_dt, tpu_dtype_t out_dt, tpu_precis
   int reps = n <= 1024 ? 10 : 4;
   double best = 1e30;
   for (int r = 0; r < reps + 1; r++) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (tpu_kernel_dot_general(&at, &lb, &rb, &ob, pool) != TPU_OK) {
       fprintf(stderr, "dot_general failed: %s\n", tpu_status_message());
       return 0.0;
     }
-    double t = now_s() - t0;
+    double t = bench_now_s() - t0;
     if (r > 0 && t < best) best = t; /* the first run warms up */
   }
   return flops / best / 1e9;
@@ -78,30 +67,20 @@ static double bench_conv(int64_t n, int64_t c, int64_t o, int64_t hw, tpu_precis
   at.in_batch = 0, at.in_feature = 1, at.k_out_feature = 0, at.k_in_feature = 1;
   at.out_batch = 0, at.out_feature = 1;
   at.precision = prec;
-  tpu_buf_t in, k, out;
-  memset(&in, 0, sizeof in);
-  in.dtype = TPU_F32;
-  in.rank = 4;
-  k = out = in;
-  int64_t idims[4] = {n, c, hw, hw}, kdims[4] = {o, c, 3, 3}, odims[4] = {n, o, hw, hw};
-  tpu_buf_t *bufs[3] = {&in, &k, &out};
+  const int64_t idims[4] = {n, c, hw, hw}, kdims[4] = {o, c, 3, 3}, odims[4] = {n, o, hw, hw};
   const int64_t *dims[3] = {idims, kdims, odims};
+  tpu_buf_t in, k, out, *bufs[3] = {&in, &k, &out};
   for (int b = 0; b < 3; b++) {
-    int64_t s = 1;
-    for (int d = 3; d >= 0; d--) {
-      bufs[b]->dims[d] = dims[b][d];
-      bufs[b]->strides[d] = s;
-      s *= dims[b][d];
-    }
-    bufs[b]->data = calloc((size_t)s, 4);
+    int64_t s = dims[b][0] * dims[b][1] * dims[b][2] * dims[b][3];
+    *bufs[b] = bench_buf(calloc((size_t)s, 4), TPU_F32, 4, dims[b], NULL);
     if (!bufs[b]->data) return 0.0;
     for (int64_t i = 0; i < s; i++) ((float *)bufs[b]->data)[i] = (float)rand() / RAND_MAX;
   }
   double flops = 2.0 * n * o * hw * hw * c * 9, best = 1e30;
   for (int r = 0; r < 6; r++) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (tpu_kernel_convolution(&at, &in, &k, &out, pool) != TPU_OK) return 0.0;
-    double t = now_s() - t0;
+    double t = bench_now_s() - t0;
     if (r > 0 && t < best) best = t;
   }
   free(in.data), free(k.data), free(out.data);

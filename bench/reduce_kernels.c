@@ -17,34 +17,12 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "tpu/kernels.h"
 
 #define N (16 * 1024 * 1024) /* 64 MiB of f32 */
 #define REPS 20
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static tpu_buf_t dense(void *data, tpu_dtype_t dt, int rank, const int64_t *dims) {
-  tpu_buf_t b;
-  memset(&b, 0, sizeof b);
-  b.data = data;
-  b.dtype = dt;
-  b.rank = rank;
-  int64_t s = 1;
-  for (int d = rank - 1; d >= 0; d--) {
-    b.dims[d] = dims[d];
-    b.strides[d] = s;
-    s *= dims[d];
-  }
-  return b;
-}
 
 /* Best-of-REPS GB/s of one reduction (bytes = input size). */
 static double bench(const char *name, tpu_reduce_kind_t kind, const tpu_buf_t *x,
@@ -52,12 +30,12 @@ static double bench(const char *name, tpu_reduce_kind_t kind, const tpu_buf_t *x
   double best = 1e30;
   size_t bytes = (size_t)N * tpu_dtype_size(x->dtype);
   for (int r = 0; r <= REPS; r++) {
-    double t = now_s();
+    double t = bench_now_s();
     if (tpu_kernel_reduce(kind, x, dims, out, pool) != TPU_OK) {
       fprintf(stderr, "%s: %s\n", name, tpu_status_message());
       return 0;
     }
-    t = now_s() - t;
+    t = bench_now_s() - t;
     if (r > 0 && t < best) best = t; /* the first run warms up */
   }
   double gbs = (double)bytes / best / 1e9;
@@ -83,9 +61,10 @@ int main(void) {
          tpu_cpu_features()->avx512f ? "avx512" : tpu_cpu_features()->avx2_fma ? "avx2" : "",
          tpu_cpu_features()->avx2_fma ? "" : "portable");
   int64_t n = N, mat[2] = {4096, 4096}, rows = 4096;
-  tpu_buf_t flat = dense(x, TPU_F32, 1, &n), m = dense(x, TPU_F32, 2, mat);
-  tpu_buf_t flatb = dense(xb, TPU_BF16, 1, &n);
-  tpu_buf_t scalar = dense(out, TPU_F32, 0, NULL), vec = dense(out, TPU_F32, 1, &rows);
+  tpu_buf_t flat = bench_buf(x, TPU_F32, 1, &n, NULL), m = bench_buf(x, TPU_F32, 2, mat, NULL);
+  tpu_buf_t flatb = bench_buf(xb, TPU_BF16, 1, &n, NULL);
+  tpu_buf_t scalar = bench_buf(out, TPU_F32, 0, NULL, NULL);
+  tpu_buf_t vec = bench_buf(out, TPU_F32, 1, &rows, NULL);
   bool all[1] = {true}, last[2] = {false, true}, first[2] = {true, false};
   bench("sum all f32", TPU_REDUCE_SUM, &flat, all, &scalar, pool);
   bench("sum rows f32", TPU_REDUCE_SUM, &m, last, &vec, pool);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "kernel_util.h"
 #include "tpu/kernels.h"
 #include "vtpu/kernels/ew_program.h"
 #include "vtpu/kernels/vec.h"
@@ -23,12 +24,7 @@
 enum { ROWS = 37, MAXN = 513, CAP = ROWS * (MAXN + 7) * 4 + 64 };
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return kernel_splitmix64(&g_rng); }
 
 /* Mostly ordinary values, some zeros, infinities and NaN (bf16 inputs hold them rounded;
  * the reference reads the rounded values). */
@@ -46,16 +42,8 @@ static float rnd_val(void) {
 /* A rank-2 (or rank-0) view; dims of size 1 broadcast. */
 static tpu_buf_t view2(void *mem, tpu_dtype_t dt, int64_t d0, int64_t d1, int64_t s0,
                        int64_t s1) {
-  tpu_buf_t b;
-  memset(&b, 0, sizeof b);
-  b.data = mem;
-  b.dtype = dt;
-  b.rank = 2;
-  b.dims[0] = d0;
-  b.dims[1] = d1;
-  b.strides[0] = s0;
-  b.strides[1] = s1;
-  return b;
+  const int64_t dims[2] = {d0, d1}, strides[2] = {s0, s1};
+  return kernel_view(mem, dt, 2, dims, strides);
 }
 
 /* Element (r, j) of |b| broadcast to (ROWS, n) as f32 (bool as 0/1). */
@@ -181,16 +169,6 @@ static void check_layouts(const mems_t *m, int64_t n, tpu_dtype_t in_dt, bool x_
     CHECK(diffs(what, n, &o, m->want) == 0);
   }
 }
-
-/* Runs |body| once per vec.h table. */
-#define FOR_EACH_ISA(v, ...)                                          \
-  for (int isa_ = 0; isa_ < TPU_ISA_COUNT; isa_++) {                  \
-    const tpu_vec_ops_t *v = tpu_vec_ops_for((tpu_isa_t)isa_);        \
-    if (!v) continue;                                                 \
-    tpu_vec_ops_force(v);                                             \
-    __VA_ARGS__;                                                      \
-  }                                                                   \
-  tpu_vec_ops_force(NULL)
 
 static const int64_t kLens[] = {1, 3, 17, 31, 33, 511, 513};
 

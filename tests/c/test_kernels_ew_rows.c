@@ -18,18 +18,14 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "kernel_util.h"
 #include "tpu/kernels.h"
 #include "vtpu/kernels/vec.h"
 
 static tpu_pool_t *g_pool;
 
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return kernel_splitmix64(&g_rng); }
 
 /* A float drawn mostly from a few values so that compares see equal operands, plus the
  * IEEE specials. */
@@ -142,16 +138,6 @@ static tpu_buf_t layout(int which, void *mem, tpu_dtype_t dt, const int64_t *dim
     default: return view(mem, dt, dims, kPerms[0], 0, 0, 1);
   }
 }
-
-/* Runs |body| once per vec.h table. */
-#define FOR_EACH_ISA(v, ...)                                          \
-  for (int isa_ = 0; isa_ < TPU_ISA_COUNT; isa_++) {                  \
-    const tpu_vec_ops_t *v = tpu_vec_ops_for((tpu_isa_t)isa_);        \
-    if (!v) continue;                                                 \
-    tpu_vec_ops_force(v);                                             \
-    __VA_ARGS__;                                                      \
-  }                                                                   \
-  tpu_vec_ops_force(NULL)
 
 TEST(compare_rows_every_dir_layout_and_isa) {
   /* f32/bf16: vec.h loops; bool, i8, u8, i32, i64: the typed integer loops; f64: blocks */

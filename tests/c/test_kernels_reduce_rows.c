@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "kernel_util.h"
 #include "tpu/kernels.h"
 #include "tpu/threadpool.h"
 #include "vtpu/kernels/reduce_internal.h"
@@ -49,19 +50,6 @@ static bool same_bits(float a, float b) {
   return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
 }
 
-static tpu_buf_t f32buf(float *data, int rank, const int64_t *dims, const int64_t *strides) {
-  tpu_buf_t b;
-  memset(&b, 0, sizeof b);
-  b.data = data;
-  b.dtype = TPU_F32;
-  b.rank = rank;
-  for (int d = 0; d < rank; d++) {
-    b.dims[d] = dims[d];
-    b.strides[d] = strides[d];
-  }
-  return b;
-}
-
 static const tpu_reduce_kind_t kKinds[4] = {TPU_REDUCE_SUM, TPU_REDUCE_PROD, TPU_REDUCE_MAX,
                                             TPU_REDUCE_MIN};
 
@@ -79,7 +67,7 @@ static int64_t one_case(const tpu_reduce_isa_t *isa, tpu_reduce_kind_t kind, int
   for (int64_t i = 0; i < A * R * os; i++) out[i] = 12345.0f; /* gaps must stay */
   int64_t xd[3] = {A, R, n}, xs[3] = {lda, ld, 1};
   int64_t od[2] = {A, R}, ost[2] = {R * os, os};
-  tpu_buf_t xb = f32buf(x, 3, xd, xs), ob = f32buf(out, 2, od, ost);
+  tpu_buf_t xb = kernel_view(x, TPU_F32, 3, xd, xs), ob = kernel_view(out, TPU_F32, 2, od, ost);
   bool dims[3] = {false, false, true};
   CHECK_OK(tpu_kernel_reduce(kind, &xb, dims, &ob, pool));
   int64_t bad = 0;
@@ -155,7 +143,8 @@ TEST(signed_zeros_and_nan_rows) {
         if (k >= 2) x[pos * 24 + (pos % 24)] = NAN;
         float out[16];
         int64_t xd[2] = {16, 24}, xs[2] = {24, 1}, od[1] = {16}, ost[1] = {1};
-        tpu_buf_t xb = f32buf(x, 2, xd, xs), ob = f32buf(out, 1, od, ost);
+        tpu_buf_t xb = kernel_view(x, TPU_F32, 2, xd, xs);
+        tpu_buf_t ob = kernel_view(out, TPU_F32, 1, od, ost);
         bool dims[2] = {false, true};
         CHECK_OK(tpu_kernel_reduce(kKinds[k], &xb, dims, &ob, NULL));
         for (int r = 0; r < 16; r++) {
