@@ -17,6 +17,7 @@
 
 #include "tpu/allocator.h"
 #include "tpu/status.h"
+#include "tpu/threadpool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +51,9 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t *stream, const tpu_task_t *task);
  * a task reported since the previous synchronize (status and message
  * "<op_name> failed on <stream name>: <task message>"), clearing it; TPU_OK otherwise. */
 tpu_status_t tpu_stream_synchronize(tpu_stream_t *stream);
+/* Lends threads that synchronize to |pool| while they wait (tpu_pool_help), so they run
+ * chunks of the worker's kernels; NULL (the default) makes them just sleep. */
+void tpu_stream_set_helper_pool(tpu_stream_t *stream, tpu_pool_t *pool);
 /* True if every queued task has run (no blocking). */
 bool tpu_stream_query(tpu_stream_t *stream);
 /* Tasks run since creation (for tests and statistics). */

@@ -9,6 +9,7 @@
 #ifndef TPU_THREADPOOL_H
 #define TPU_THREADPOOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tpu/allocator.h"
@@ -33,6 +34,19 @@ typedef void (*tpu_range_fn)(void *ctx, int64_t begin, int64_t end);
 /* Runs fn over [0, n) in chunks; pool NULL runs inline. */
 void tpu_pool_parallel_for(tpu_pool_t *pool, int64_t n, int64_t grain, tpu_range_fn fn,
                            void *ctx);
+
+/* Threads inside tpu_pool_help now (0 for NULL). */
+int tpu_pool_helpers(tpu_pool_t *pool);
+
+/* Like parallel_for, but shared only with the helpers spinning now (no sleeping worker is
+ * woken), and inline when there are none or another job is running. */
+void tpu_pool_parallel_for_helpers(tpu_pool_t *pool, int64_t n, int64_t grain, tpu_range_fn fn,
+                                   void *ctx);
+
+/* Spins, running chunks of the pool's jobs, until done(arg) holds (returns true) or no job
+ * has come for |idle_ns| nanoseconds (returns false: the caller should sleep instead).
+ * Inline (one check of done) for a NULL pool or from inside a chunk. */
+bool tpu_pool_help(tpu_pool_t *pool, bool (*done)(void *arg), void *arg, uint64_t idle_ns);
 
 #ifdef __cplusplus
 }

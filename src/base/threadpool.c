@@ -5,6 +5,13 @@
  * none are left. The caller returns when every chunk has finished and no worker is inside
  * the job, and closes the job under the mutex: a worker that wakes only after that skips
  * it, so a straggler never claims chunks while the next job's fields are being written.
+ *
+ * Helpers: a thread that would otherwise sleep (one waiting for a stream) spins in
+ * tpu_pool_help and joins jobs as they are published, the same way a woken worker does.
+ * parallel_for_helpers publishes a job without waking anyone, for work too short to pay
+ * for a wake-up (tens of microseconds on a VM), and its caller spins for the helpers'
+ * last chunks instead of sleeping. generation, closed, chunks_done and active are written
+ * under the mutex and read without it by spinning threads.
  */
 #include "tpu/threadpool.h"
 
@@ -12,7 +19,15 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
 
 struct tpu_pool {
   tpu_allocator_t host;
@@ -21,16 +36,17 @@ struct tpu_pool {
   pthread_mutex_t job_mutex;     /* one job at a time */
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
-  uint64_t generation;           /* bumped per job, under mu */
-  uint64_t closed;               /* the last job whose caller returned, under mu */
+  _Atomic uint64_t generation;   /* bumped per job, under mu */
+  _Atomic uint64_t closed;       /* the last job whose caller returned, under mu */
+  atomic_int helpers;            /* threads inside tpu_pool_help */
   bool stop;
   /* the current job */
   tpu_range_fn fn;
   void *ctx;
   int64_t n, chunk, num_chunks;
   atomic_int_fast64_t next_chunk;
-  int64_t chunks_done;           /* under mu */
-  int active;                    /* workers inside run_chunks, under mu */
+  _Atomic int64_t chunks_done;   /* written under mu */
+  atomic_int active;             /* workers and helpers inside the job, written under mu */
 };
 
 static _Thread_local bool t_in_job;
@@ -53,6 +69,16 @@ static void run_chunks(tpu_pool_t *p) {
   }
 }
 
+/* Runs chunks of job |gen| if it is still open; called and returns with p->mu held. */
+static void join_job(tpu_pool_t *p, uint64_t gen) {
+  if (p->generation != gen || p->closed == gen) return; /* over: nothing left to claim */
+  p->active++;
+  pthread_mutex_unlock(&p->mu);
+  run_chunks(p);
+  pthread_mutex_lock(&p->mu);
+  if (--p->active == 0) pthread_cond_broadcast(&p->done);
+}
+
 static void *worker_main(void *arg) {
   tpu_pool_t *p = arg;
   uint64_t seen = 0;
@@ -62,12 +88,7 @@ static void *worker_main(void *arg) {
     while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
     if (p->stop) break;
     seen = p->generation;
-    if (p->closed == seen) continue; /* its caller has returned: nothing left to claim */
-    p->active++;
-    pthread_mutex_unlock(&p->mu);
-    run_chunks(p);
-    pthread_mutex_lock(&p->mu);
-    if (--p->active == 0) pthread_cond_broadcast(&p->done);
+    join_job(p, seen);
   }
   pthread_mutex_unlock(&p->mu);
   return NULL;
@@ -147,18 +168,27 @@ tpu_status_t tpu_pool_default(tpu_pool_t **out_pool) {
   return TPU_OK;
 }
 
-void tpu_pool_parallel_for(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn,
-                           void *ctx) {
-  if (n <= 0) return;
-  if (grain < 1) grain = 1;
-  if (!p || p->num_threads == 1 || t_in_job || n <= grain) {
-    fn(ctx, 0, n);
-    return;
-  }
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static bool job_finished(tpu_pool_t *p) {
+  return atomic_load(&p->chunks_done) == p->num_chunks && atomic_load(&p->active) == 0;
+}
+
+/* How long a caller spins for helpers' last chunks before sleeping. */
+static const uint64_t kCallerSpinNs = 200 * 1000;
+
+/* Publishes a job of |threads| participants' worth of chunks, takes part, and returns when
+ * it is over. The caller holds job_mutex. |wake|: wake the sleeping workers (else only
+ * helpers already spinning join, and the caller spins for their last chunks). */
+static void run_job(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn, void *ctx,
+                    int threads, bool wake) {
   /* chunks: at least |grain| items, about 4 per thread for balance */
-  int64_t chunk = (n + 4 * p->num_threads - 1) / (4 * p->num_threads);
+  int64_t chunk = (n + 4 * (int64_t)threads - 1) / (4 * (int64_t)threads);
   if (chunk < grain) chunk = grain;
-  pthread_mutex_lock(&p->job_mutex);
   pthread_mutex_lock(&p->mu);
   p->fn = fn;
   p->ctx = ctx;
@@ -168,16 +198,83 @@ void tpu_pool_parallel_for(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn
   p->chunks_done = 0;
   atomic_store(&p->next_chunk, 0);
   p->generation++;
-  pthread_cond_broadcast(&p->wake);
+  if (wake) pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->mu);
 
   t_in_job = true;
   run_chunks(p);
   t_in_job = false;
 
+  if (!wake) {
+    uint64_t t0 = now_ns();
+    for (unsigned spin = 1; !job_finished(p); spin++) {
+      if (spin % 64 == 0 && now_ns() - t0 > kCallerSpinNs) break;
+      cpu_relax();
+    }
+  }
   pthread_mutex_lock(&p->mu);
   while (p->chunks_done < p->num_chunks || p->active > 0) pthread_cond_wait(&p->done, &p->mu);
   p->closed = p->generation;
   pthread_mutex_unlock(&p->mu);
+}
+
+void tpu_pool_parallel_for(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn,
+                           void *ctx) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (!p || p->num_threads == 1 || t_in_job || n <= grain) {
+    fn(ctx, 0, n);
+    return;
+  }
+  pthread_mutex_lock(&p->job_mutex);
+  run_job(p, n, grain, fn, ctx, p->num_threads + atomic_load(&p->helpers), true);
   pthread_mutex_unlock(&p->job_mutex);
+}
+
+int tpu_pool_helpers(tpu_pool_t *p) { return p ? atomic_load(&p->helpers) : 0; }
+
+void tpu_pool_parallel_for_helpers(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn,
+                                   void *ctx) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  int helpers = tpu_pool_helpers(p);
+  /* busy with another caller's job: this one is short, run it rather than queue */
+  if (helpers == 0 || t_in_job || n <= grain || pthread_mutex_trylock(&p->job_mutex) != 0) {
+    fn(ctx, 0, n);
+    return;
+  }
+  run_job(p, n, grain, fn, ctx, 1 + helpers, false);
+  pthread_mutex_unlock(&p->job_mutex);
+}
+
+bool tpu_pool_help(tpu_pool_t *p, bool (*done)(void *arg), void *arg, uint64_t idle_ns) {
+  if (!p || t_in_job) return done(arg);
+  atomic_fetch_add(&p->helpers, 1);
+  uint64_t seen = atomic_load(&p->generation);
+  if (atomic_load(&p->closed) != seen) seen--; /* a job is open: join it below */
+  uint64_t idle_since = now_ns();
+  bool finished = false;
+  for (unsigned spin = 1;; spin++) {
+    uint64_t gen = atomic_load(&p->generation);
+    if (gen != seen) {
+      seen = gen;
+      t_in_job = true;
+      pthread_mutex_lock(&p->mu);
+      join_job(p, gen);
+      pthread_mutex_unlock(&p->mu);
+      t_in_job = false;
+      idle_since = now_ns();
+      continue;
+    }
+    if (spin % 16 == 0) {
+      if (done(arg)) {
+        finished = true;
+        break;
+      }
+      if (now_ns() - idle_since > idle_ns) break;
+    }
+    cpu_relax();
+  }
+  atomic_fetch_sub(&p->helpers, 1);
+  return finished;
 }

@@ -127,6 +127,9 @@ static tpu_status_t device_create(int index, const tpu_chip_spec_t *spec, tpu_de
     tpu_caching_allocator_set_label(dev->allocator, spec->marketing_name);
     st = tpu_stream_create(name, host, &dev->stream);
   }
+  tpu_pool_t *pool = NULL;
+  if (st == TPU_OK) st = tpu_pool_default(&pool);
+  if (st == TPU_OK) tpu_stream_set_helper_pool(dev->stream, pool); /* kernels run on it */
   if (st != TPU_OK) {
     device_destroy(dev);
     return tpu_status_set(st, "creating %s (%s): %s", name, spec->marketing_name,

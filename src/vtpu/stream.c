@@ -11,11 +11,17 @@
  * enqueues a marker; the event is complete when completed_gen >= recorded_gen.
  * Events are reference-counted (the user plus each queued node that names them),
  * so destroying an event while another stream still waits on it is safe.
+ *
+ * A stream given a helper pool lends a synchronizing thread to that pool: instead of
+ * sleeping at once, the waiter spins in tpu_pool_help and runs chunks of the worker's
+ * kernels, and sleeps only after kHelpIdleNs without work (the worker waiting on a
+ * collective, say). So the core Python leaves idle while it waits runs matmuls.
  */
 #include "tpu/stream.h"
 
 #include <pthread.h>
 #include <stdalign.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -39,10 +45,11 @@ struct tpu_stream {
   pthread_cond_t done_cv;   /* waiters: completed moved */
   stream_node_t *head, *tail;
   uint64_t enqueued;        /* tickets handed out */
-  uint64_t completed;       /* ticket of the last finished node */
+  _Atomic uint64_t completed; /* ticket of the last finished node; written under mu */
   uint64_t tasks_completed; /* user tasks run */
   bool worker_sleeping;     /* the worker waits on work_cv: only then pushes signal */
   bool stopping;
+  tpu_pool_t *helper_pool;  /* synchronize helps it while waiting; NULL: just sleep */
   tpu_status_t error;       /* first error since the last synchronize */
   char error_message[TPU_STATUS_MESSAGE_CAP];
   pthread_t thread;
@@ -245,11 +252,41 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t *stream, const tpu_task_t *task) {
   return TPU_OK;
 }
 
+void tpu_stream_set_helper_pool(tpu_stream_t *stream, tpu_pool_t *pool) {
+  pthread_mutex_lock(&stream->mu);
+  stream->helper_pool = pool;
+  pthread_mutex_unlock(&stream->mu);
+}
+
+/* How long a synchronizing thread spins without work before it sleeps until the next
+ * node finishes: longer than the gaps between a graph's matmuls. */
+static const uint64_t kHelpIdleNs = 500 * 1000;
+
+typedef struct ticket_wait {
+  tpu_stream_t *stream;
+  uint64_t target;
+} ticket_wait;
+
+static bool ticket_reached(void *arg) {
+  const ticket_wait *w = arg;
+  return atomic_load(&w->stream->completed) >= w->target;
+}
+
 tpu_status_t tpu_stream_synchronize(tpu_stream_t *stream) {
   char msg[TPU_STATUS_MESSAGE_CAP];
   pthread_mutex_lock(&stream->mu);
   uint64_t target = stream->enqueued;
-  while (stream->completed < target) pthread_cond_wait(&stream->done_cv, &stream->mu);
+  tpu_pool_t *pool = stream->helper_pool;
+  while (stream->completed < target) {
+    if (pool) {
+      pthread_mutex_unlock(&stream->mu);
+      ticket_wait w = {stream, target};
+      bool reached = tpu_pool_help(pool, ticket_reached, &w, kHelpIdleNs);
+      pthread_mutex_lock(&stream->mu);
+      if (reached) break;
+    }
+    if (stream->completed < target) pthread_cond_wait(&stream->done_cv, &stream->mu);
+  }
   tpu_status_t st = stream->error;
   if (st != TPU_OK) {
     memcpy(msg, stream->error_message, sizeof(msg));

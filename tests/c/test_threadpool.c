@@ -1,10 +1,12 @@
 /* test_threadpool.c: the kernel thread pool covers every item exactly once, in chunks of
- * at least the grain, from concurrent callers, and runs nested calls inline. */
+ * at least the grain, from concurrent callers, and runs nested calls inline; helpers
+ * (tpu_pool_help) join jobs while they spin and leave when done or idle. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include "check.h"
+#include "pool_helper.h"
 #include "tpu/threadpool.h"
 
 typedef struct {
@@ -97,11 +99,79 @@ TEST(bad_sizes) {
   CHECK(def != NULL && tpu_pool_num_threads(def) >= 1);
 }
 
+/* Chunks record which threads ran them; each waits (bounded) until two threads are in. */
+typedef struct {
+  atomic_int inside, most, runs;
+  pthread_t caller;
+  atomic_int by_caller;
+} meet_ctx;
+
+static void meet(void *arg, int64_t begin, int64_t end) {
+  meet_ctx *m = arg;
+  (void)begin, (void)end;
+  atomic_fetch_add(&m->runs, 1);
+  if (pthread_equal(pthread_self(), m->caller)) atomic_fetch_add(&m->by_caller, 1);
+  int now = atomic_fetch_add(&m->inside, 1) + 1;
+  for (long spin = 0; spin < 200 * 1000 * 1000L && atomic_load(&m->most) < 2; spin++) {
+    if (now > atomic_load(&m->most)) atomic_store(&m->most, now);
+  }
+  if (now > atomic_load(&m->most)) atomic_store(&m->most, now);
+  atomic_fetch_sub(&m->inside, 1);
+}
+
+TEST(helpers_join_jobs) {
+  tpu_pool_t *pool;
+  CHECK_OK(tpu_pool_create(1, tpu_allocator_system(), &pool)); /* no workers at all */
+  CHECK(tpu_pool_helpers(pool) == 0);
+  /* no helper: parallel_for_helpers runs everything on the caller */
+  meet_ctx alone = {0};
+  alone.caller = pthread_self();
+  atomic_store(&alone.most, 1); /* do not wait for a second thread */
+  tpu_pool_parallel_for_helpers(pool, 8, 1, meet, &alone);
+  CHECK(atomic_load(&alone.runs) == 1 && atomic_load(&alone.by_caller) == 1);
+
+  pool_helper h;
+  CHECK(pool_helper_start(&h, pool) == 0);
+  CHECK(tpu_pool_helpers(pool) == 1);
+  for (int rep = 0; rep < 20; rep++) {
+    meet_ctx m = {0};
+    m.caller = pthread_self();
+    tpu_pool_parallel_for_helpers(pool, 2, 1, meet, &m);
+    CHECK(atomic_load(&m.runs) == 2 && atomic_load(&m.most) == 2); /* the helper ran one */
+    CHECK(atomic_load(&m.by_caller) == 1);
+    CHECK(run_cover(pool, 1000, 7) == 0); /* and every item once, through parallel_for too */
+  }
+  pool_helper_stop(&h);
+  CHECK(tpu_pool_helpers(pool) == 0);
+  tpu_pool_destroy(pool);
+}
+
+static bool never(void *arg) {
+  (void)arg;
+  return false;
+}
+static bool always(void *arg) {
+  (void)arg;
+  return true;
+}
+
+TEST(help_returns_when_done_or_idle) {
+  tpu_pool_t *pool;
+  CHECK_OK(tpu_pool_create(2, tpu_allocator_system(), &pool));
+  CHECK(tpu_pool_help(pool, always, NULL, 1000 * 1000 * 1000) == true);
+  CHECK(tpu_pool_help(pool, never, NULL, 1000) == false); /* 1 us without a job */
+  CHECK(tpu_pool_help(NULL, always, NULL, 0) == true);
+  CHECK(tpu_pool_helpers(pool) == 0);
+  tpu_pool_destroy(pool);
+}
+
 int main(void) {
   RUN(every_item_once);
   RUN(null_pool_runs_inline);
   RUN(concurrent_callers);
   RUN(nested_calls_run_inline);
   RUN(bad_sizes);
+  RUN(helpers_join_jobs);
+  RUN(help_returns_when_done_or_idle);
   return check_report();
 }

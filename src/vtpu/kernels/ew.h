@@ -24,6 +24,7 @@
 
 #define TPU_EW_MAX_OPERANDS 9 /* an output and up to 8 inputs (fused programs) */
 #define TPU_EW_GRAIN 131072
+#define TPU_EW_HELPER_GRAIN 32768 /* below TPU_EW_GRAIN: chunks for spinning helpers only */
 #define TPU_EW_BLOCK 512
 /* Outputs of at least this many bytes are written with non-temporal stores where the
  * SIMD loops write them (they would not stay in cache anyway: about an L3). */

@@ -186,7 +186,11 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
 void tpu_ew_iter_run2(const tpu_ew_iter_t *it, tpu_pool_t *pool, tpu_ew_seg_fn fn, void *ctx) {
   if (it->numel == 0) return;
   run_job job = {it, fn, ctx};
-  tpu_pool_parallel_for(pool, it->numel, TPU_EW_GRAIN, run_range, &job);
+  if (it->numel <= TPU_EW_GRAIN) { /* too short to wake a worker for: helpers only */
+    tpu_pool_parallel_for_helpers(pool, it->numel, TPU_EW_HELPER_GRAIN, run_range, &job);
+  } else {
+    tpu_pool_parallel_for(pool, it->numel, TPU_EW_GRAIN, run_range, &job);
+  }
 }
 
 /* The 1-d loops over 2-d segments: one call per row. */

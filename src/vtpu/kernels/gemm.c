@@ -240,7 +240,10 @@ static const tpu_gemm_kernel_t *pick_kernel(tpu_mxu_mode_t mode) {
 /* ---- the blocked driver ------------------------------------------------------------------- */
 
 static const size_t kGroupBytes = (size_t)16 << 20;  /* packed A + B per batch group */
-static const int64_t kSerialWork = (int64_t)1 << 24; /* multiply-adds below which: 1 thread */
+static const int64_t kSerialWork = (int64_t)1 << 24; /* multiply-adds below which no worker
+                                                        is woken (a wake-up costs more) */
+static const int64_t kHelperWork = (int64_t)1 << 20;  /* ... but from here spinning helpers
+                                                        (tpu_pool_help) still share it */
 static const int64_t kPackChunk = 64;                /* k per packing item (even) */
 
 typedef struct gemm_ctx {
@@ -257,7 +260,8 @@ typedef struct gemm_ctx {
   int64_t a_items, b_items; /* packing items per batch */
   char *apk, *bpk;          /* (group, mpanels, ksteps, mr) / (group, npanels, ksteps, nr) */
   int64_t b0, nb;           /* the current batch group */
-  int64_t mc;                    /* rows of C per task: kern->mc, or fewer to split work */
+  int64_t mc, nc;                /* rows and columns of C per task: kern->mc and kern->nc,
+                                    or fewer to split the work (task_grid) */
   int64_t nic, njc, ntasks;
   bool direct;                   /* C tiles written straight into the output */
   float *scratch;                /* (slots, mc, nc) C tiles when not direct */
@@ -372,16 +376,16 @@ static void run_task(gemm_ctx *x, int64_t task, float *scratch) {
   const int mr = kern->mr, nr = kern->nr;
   int64_t ic = task % x->nic, rest = task / x->nic;
   int64_t jc = rest % x->njc, bl = rest / x->njc, b = x->b0 + bl;
-  int64_t i0 = ic * x->mc, j0 = jc * kern->nc;
+  int64_t i0 = ic * x->mc, j0 = jc * x->nc;
   int64_t mcur = x->M - i0 < x->mc ? x->M - i0 : x->mc;
-  int64_t ncur = x->N - j0 < kern->nc ? x->N - j0 : kern->nc;
+  int64_t ncur = x->N - j0 < x->nc ? x->N - j0 : x->nc;
   float *cbase;
   int64_t ldc;
   if (x->direct) {
     ldc = g->c.rows.stride;
     cbase = (float *)g->c.data + boff(&g->c, b) + i0 * ldc + j0;
   } else {
-    ldc = kern->nc;
+    ldc = x->nc;
     cbase = scratch;
   }
   const char *ab = x->apk + (x->a_shared ? 0 : (size_t)bl * x->a_bytes);
@@ -419,7 +423,7 @@ static void run_task(gemm_ctx *x, int64_t task, float *scratch) {
 static void compute_slot(void *arg, int64_t begin, int64_t end) {
   gemm_ctx *x = arg;
   (void)end;
-  float *scratch = x->scratch ? x->scratch + begin * x->kern->mc * x->kern->nc : NULL;
+  float *scratch = x->scratch ? x->scratch + begin * x->mc * x->nc : NULL;
   for (;;) {
     int64_t t = atomic_fetch_add(&x->next_task, 1);
     if (t >= x->ntasks) break;
@@ -568,17 +572,30 @@ tpu_status_t tpu_gemm_run_blocked(const tpu_gemm_t *g, const tpu_gemm_kernel_t *
   return run_kernel(g, kern, pool, false);
 }
 
-/* Rows of C per task: the kernel's mc block, or fewer (a multiple of mr) when |slots|
- * threads would otherwise get fewer than two tasks each (256 x 256: three nc blocks).
- * Tasks split C only by rows and columns, never along K, so every split gives the same
- * bits. |col_tasks|: tasks per block of rows (column blocks times batches). */
-static int64_t task_rows(const tpu_gemm_kernel_t *kern, int64_t M, int64_t col_tasks, int slots) {
-  int64_t want = 2 * (int64_t)slots;
-  if (slots < 2 || col_tasks >= want) return kern->mc;
-  int64_t blocks = (want + col_tasks - 1) / col_tasks;
-  int64_t rows = (M + blocks - 1) / blocks;
-  rows = (rows + kern->mr - 1) / kern->mr * kern->mr;
-  return rows < kern->mc ? rows : kern->mc;
+/* Rows and columns of C per task: the kernel's mc x nc block, or smaller (multiples of mr
+ * and nr) when |slots| threads would otherwise get fewer than four tasks each (256 x 256 is
+ * one block): rows are split first, then columns (a 64-row dW). Tasks split C only by rows
+ * and columns, never along K, so every split gives the same bits. |batches|: batches per
+ * group, each its own tasks. */
+static void task_grid(gemm_ctx *x, int64_t batches, int slots) {
+  const tpu_gemm_kernel_t *kern = x->kern;
+  x->mc = kern->mc;
+  x->nc = kern->nc;
+  int64_t want = 4 * (int64_t)slots;
+  int64_t col_tasks = (x->N + x->nc - 1) / x->nc * batches;
+  if (slots >= 2 && col_tasks < want) {
+    int64_t blocks = (want + col_tasks - 1) / col_tasks;
+    int64_t rows = ((x->M + blocks - 1) / blocks + kern->mr - 1) / kern->mr * kern->mr;
+    if (rows < x->mc) x->mc = rows;
+    int64_t row_tasks = (x->M + x->mc - 1) / x->mc * batches;
+    if (row_tasks < want) {
+      blocks = (want + row_tasks - 1) / row_tasks;
+      int64_t cols = ((x->N + blocks - 1) / blocks + kern->nr - 1) / kern->nr * kern->nr;
+      if (cols < x->nc) x->nc = cols;
+    }
+  }
+  x->nic = (x->M + x->mc - 1) / x->mc;
+  x->njc = (x->N + x->nc - 1) / x->nc;
 }
 
 static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
@@ -596,7 +613,17 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
       __builtin_mul_overflow(work, K, &work)) {
     work = INT64_MAX;
   }
-  if (work < kSerialWork) pool = NULL;
+  /* the blocked driver's team: every thread of the pool, or only the helpers spinning now */
+  tpu_pool_t *team = pool;
+  void (*team_for)(tpu_pool_t *, int64_t, int64_t, tpu_range_fn, void *) = tpu_pool_parallel_for;
+  int slots = tpu_pool_num_threads(pool);
+  if (work < kSerialWork) {
+    int helpers = work >= kHelperWork ? tpu_pool_helpers(pool) : 0;
+    team = helpers ? pool : NULL;
+    team_for = tpu_pool_parallel_for_helpers;
+    slots = 1 + helpers;
+    pool = NULL; /* the other paths stay on this thread */
+  }
 
   if (g->plan.mode == TPU_MXU_F64) {
     f64_ctx fx = {g, 0};
@@ -647,7 +674,6 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
   }
   x.direct =
       g->c.dtype == TPU_F32 && !g->c.cols.offsets && g->c.cols.stride == 1 && !g->c.rows.offsets;
-  int slots = tpu_pool_num_threads(pool);
   size_t sbytes = x.direct ? 0 : (size_t)slots * (size_t)kern->mc * (size_t)kern->nc * 4;
   size_t total;
   if (!tpu_size_align_up(abytes, 64, &abytes) || !tpu_size_align_up(bbytes, 64, &bbytes) ||
@@ -672,9 +698,7 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
   x.b_by_k = tpu_gemm_panel_reads_rows(&bsrc) && kchunks > 1;
   x.a_items = x.a_by_k ? kchunks : x.mpanels;
   x.b_items = x.b_by_k ? kchunks : x.npanels;
-  x.njc = (N + kern->nc - 1) / kern->nc;
-  x.mc = task_rows(kern, M, x.njc * group, slots);
-  x.nic = (M + x.mc - 1) / x.mc;
+  task_grid(&x, group, slots);
   for (int64_t b0 = 0; b0 < g->c.batch.size; b0 += group) {
     x.b0 = b0;
     x.nb = g->c.batch.size - b0 < group ? g->c.batch.size - b0 : group;
@@ -682,10 +706,10 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
     x.pack_nb = x.b_shared ? (b0 == 0) : x.nb;
     x.nitems = x.pack_na * x.a_items + x.pack_nb * x.b_items;
     atomic_store(&x.next_item, 0);
-    tpu_pool_parallel_for(pool, slots, 1, pack_slot, &x);
+    team_for(team, slots, 1, pack_slot, &x);
     x.ntasks = x.nb * x.nic * x.njc;
     atomic_store(&x.next_task, 0);
-    tpu_pool_parallel_for(pool, slots, 1, compute_slot, &x);
+    team_for(team, slots, 1, compute_slot, &x);
   }
   ws_put(ws, cache);
   return TPU_OK;
