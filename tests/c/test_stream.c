@@ -1,5 +1,6 @@
-/* test_stream.c: streams (FIFO order, asynchrony, sticky errors, draining, threads)
- * and events (query, synchronize, timestamps, cross-stream waits, re-recording). */
+/* test_stream.c: streams (FIFO order, asynchrony, sticky errors, draining, threads, the
+ * synchronizing thread helping the pool) and events (query, synchronize, timestamps,
+ * cross-stream waits, re-recording). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -340,6 +341,54 @@ TEST(event_destroy_waits_and_waiters_survive_it) {
   tpu_stream_destroy(b);
 }
 
+/* A task whose kernel shares two chunks with the pool's helpers; each chunk notes its
+ * thread and waits (bounded) for the other, so both run at once only if a helper came. */
+typedef struct {
+  tpu_pool_t *pool;
+  pthread_t waiter;
+  atomic_int entered, by_waiter;
+} shared_job;
+
+static void shared_chunk(void *arg, int64_t begin, int64_t end) {
+  shared_job *j = arg;
+  (void)begin, (void)end;
+  if (pthread_equal(pthread_self(), j->waiter)) atomic_fetch_add(&j->by_waiter, 1);
+  atomic_fetch_add(&j->entered, 1);
+  for (long spin = 0; spin < 100 * 1000 * 1000L && atomic_load(&j->entered) < 2; spin++) {
+  }
+}
+
+static tpu_status_t shared_task(void *arg) {
+  shared_job *j = arg;
+  for (long spin = 0; spin < 100 * 1000 * 1000L && tpu_pool_helpers(j->pool) == 0; spin++) {
+  }
+  tpu_pool_parallel_for_helpers(j->pool, 2, 1, shared_chunk, j);
+  return TPU_OK;
+}
+
+TEST(synchronize_helps_the_pool) {
+  tpu_pool_t *pool;
+  CHECK_OK(tpu_pool_create(1, tpu_allocator_system(), &pool)); /* no workers of its own */
+  tpu_stream_t *s = make_stream("helped");
+  tpu_stream_set_helper_pool(s, pool);
+  /* A waiter that spins longer than the helper's idle time without work sleeps instead,
+   * so on a loaded machine (a slow wake-up of the worker) a round may run inline: the
+   * waiting thread must run one of the chunks in at least one of the rounds. */
+  int helped = 0;
+  for (int round = 0; round < 20 && !helped; round++) {
+    shared_job j = {pool, pthread_self(), 0, 0};
+    tpu_task_t t = {shared_task, NULL, &j, "shared"};
+    CHECK_OK(tpu_stream_enqueue(s, &t));
+    CHECK_OK(tpu_stream_synchronize(s));
+    CHECK(atomic_load(&j.entered) == 2 || atomic_load(&j.entered) == 1);
+    helped = atomic_load(&j.by_waiter) == 1 && atomic_load(&j.entered) == 2;
+  }
+  CHECK(helped);
+  CHECK(tpu_pool_helpers(pool) == 0);
+  tpu_stream_destroy(s);
+  tpu_pool_destroy(pool);
+}
+
 int main(void) {
   RUN(tasks_run_in_fifo_order);
   RUN(enqueue_returns_before_the_task_runs);
@@ -351,5 +400,6 @@ int main(void) {
   RUN(event_elapsed_time);
   RUN(wait_event_orders_two_streams);
   RUN(event_destroy_waits_and_waiters_survive_it);
+  RUN(synchronize_helps_the_pool);
   return check_report();
 }
