@@ -240,10 +240,13 @@ static const tpu_gemm_kernel_t *pick_kernel(tpu_mxu_mode_t mode) {
 /* ---- the blocked driver ------------------------------------------------------------------- */
 
 static const size_t kGroupBytes = (size_t)16 << 20;  /* packed A + B per batch group */
-static const int64_t kSerialWork = (int64_t)1 << 24; /* multiply-adds below which no worker
-                                                        is woken (a wake-up costs more) */
-static const int64_t kHelperWork = (int64_t)1 << 20;  /* ... but from here spinning helpers
-                                                        (tpu_pool_help) still share it */
+/* Multiply-adds below which no worker is woken (a wake-up costs more than it saves); from
+ * kHelperSmall (the small-matrix path: batches of tiny products) or kHelperWork (the
+ * blocked driver: two joins per group) helpers already spinning in the pool still share
+ * the work. */
+static const int64_t kSerialWork = (int64_t)1 << 24;
+static const int64_t kHelperWork = (int64_t)1 << 20;
+static const int64_t kHelperSmall = (int64_t)1 << 18;
 static const int64_t kPackChunk = 64;                /* k per packing item (even) */
 
 typedef struct gemm_ctx {
@@ -598,6 +601,12 @@ static void task_grid(gemm_ctx *x, int64_t batches, int slots) {
   x->njc = (x->N + x->nc - 1) / x->nc;
 }
 
+void tpu_gemm_team_for(const tpu_gemm_team_t *team, int64_t n, int64_t grain, tpu_range_fn fn,
+                       void *ctx) {
+  if (team->helpers_only) tpu_pool_parallel_for_helpers(team->pool, n, grain, fn, ctx);
+  else tpu_pool_parallel_for(team->pool, n, grain, fn, ctx);
+}
+
 static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
                                tpu_pool_t *pool, bool allow_small) {
   TPU_RETURN_IF_ERROR(gemm_check(g));
@@ -613,16 +622,12 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
       __builtin_mul_overflow(work, K, &work)) {
     work = INT64_MAX;
   }
-  /* the blocked driver's team: every thread of the pool, or only the helpers spinning now */
-  tpu_pool_t *team = pool;
-  void (*team_for)(tpu_pool_t *, int64_t, int64_t, tpu_range_fn, void *) = tpu_pool_parallel_for;
-  int slots = tpu_pool_num_threads(pool);
+  /* the team: the whole pool from kSerialWork, else the helpers spinning now (from
+   * kHelperWork), else this thread alone */
+  tpu_gemm_team_t team = {pool, false, tpu_pool_num_threads(pool)};
   if (work < kSerialWork) {
-    int helpers = work >= kHelperWork ? tpu_pool_helpers(pool) : 0;
-    team = helpers ? pool : NULL;
-    team_for = tpu_pool_parallel_for_helpers;
-    slots = 1 + helpers;
-    pool = NULL; /* the other paths stay on this thread */
+    int helpers = work >= kHelperSmall ? tpu_pool_helpers(pool) : 0;
+    team = (tpu_gemm_team_t){helpers ? pool : NULL, true, 1 + helpers};
   }
 
   if (g->plan.mode == TPU_MXU_F64) {
@@ -631,15 +636,17 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
     if (__builtin_mul_overflow(g->c.batch.size, M, &rows)) {
       return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: too many rows", g->what);
     }
-    int64_t grain = N * K > 0 ? 1 + kSerialWork / (N * K) : 1;
-    tpu_pool_parallel_for(pool, rows, grain, f64_rows, &fx);
+    int64_t grain = N * K > 0 ? 1 + (team.helpers_only ? kHelperWork : kSerialWork) / (N * K) : 1;
+    tpu_gemm_team_for(&team, rows, grain, f64_rows, &fx);
     if (atomic_load(&fx.failed)) {
       return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s: no host memory for a row", g->what);
     }
     return TPU_OK;
   }
 
-  if (allow_small && tpu_gemm_small_run(g, kern, pool)) return TPU_OK;
+  if (allow_small && tpu_gemm_small_run(g, kern, &team)) return TPU_OK;
+  if (team.helpers_only && work < kHelperWork) team = (tpu_gemm_team_t){NULL, true, 1};
+  const int slots = team.threads;
 
   gemm_ctx x;
   memset(&x, 0, sizeof x);
@@ -706,10 +713,10 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
     x.pack_nb = x.b_shared ? (b0 == 0) : x.nb;
     x.nitems = x.pack_na * x.a_items + x.pack_nb * x.b_items;
     atomic_store(&x.next_item, 0);
-    team_for(team, slots, 1, pack_slot, &x);
+    tpu_gemm_team_for(&team, slots, 1, pack_slot, &x);
     x.ntasks = x.nb * x.nic * x.njc;
     atomic_store(&x.next_task, 0);
-    team_for(team, slots, 1, compute_slot, &x);
+    tpu_gemm_team_for(&team, slots, 1, compute_slot, &x);
   }
   ws_put(ws, cache);
   return TPU_OK;

@@ -95,12 +95,26 @@ tpu_status_t tpu_gemm_run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *k
 tpu_status_t tpu_gemm_run_blocked(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
                                   tpu_pool_t *pool);
 
+/* Who runs a GEMM's pieces: the whole pool; only the helpers spinning in it now
+ * (helpers_only: too little work to pay for waking a worker); or, with pool NULL, the
+ * calling thread alone. |threads|: how many may take part. */
+typedef struct tpu_gemm_team {
+  tpu_pool_t *pool;
+  bool helpers_only;
+  int threads;
+} tpu_gemm_team_t;
+
+/* parallel_for over the team. */
+void tpu_gemm_team_for(const tpu_gemm_team_t *team, int64_t n, int64_t grain, tpu_range_fn fn,
+                       void *ctx);
+
 /* The small-matrix path (gemm_small_avx512.c): runs |g| when |kern| is the AVX512-BF16
  * kernel, the CPU has it, and g is small (bf16 passes, M <= 64, N <= 32, at most 64
  * packed k steps, f32 or bf16 A and B each with a unit stride along one of its two dims,
  * affine); false, with nothing written, otherwise. The same bits as the blocked path.
  * Called by tpu_gemm_run_kernel after its checks (sizes consistent, K > 0). */
-bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern, tpu_pool_t *pool);
+bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
+                        const tpu_gemm_team_t *team);
 
 /* Whether the compiler could build the x86 kernels (false elsewhere: portable only). */
 bool tpu_gemm_have_x86_kernels(void);

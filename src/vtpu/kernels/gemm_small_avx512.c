@@ -284,7 +284,8 @@ static void small_batches(void *arg, int64_t b0, int64_t b1) {
   }
 }
 
-bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern, tpu_pool_t *pool) {
+bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
+                        const tpu_gemm_team_t *team) {
   if (kern != &tpu_gemm_kernel_avx512_bf16 || !tpu_cpu_features()->avx512_bf16) return false;
   if (g->plan.mode != TPU_MXU_BF16) return false;
   if ((g->a.dtype != TPU_F32 && g->a.dtype != TPU_BF16) ||
@@ -317,14 +318,17 @@ bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern, tpu_
   x.c_direct = g->c.dtype == TPU_F32 && !g->c.rows.offsets && !g->c.cols.offsets &&
                (g->c.cols.stride == 1 || x.N == 1);
   int64_t per = x.M * x.N * x.K * x.passes; /* multiply-adds per batch */
-  tpu_pool_parallel_for(pool, g->c.batch.size, 1 + ((int64_t)1 << 20) / per, small_batches, &x);
+  /* chunks of 2^20 multiply-adds for woken workers, 2^17 (a few microseconds) for helpers */
+  int64_t chunk_work = (int64_t)1 << (team->helpers_only ? 17 : 20);
+  tpu_gemm_team_for(team, g->c.batch.size, 1 + chunk_work / per, small_batches, &x);
   return true;
 }
 
 #else /* not x86-64 GCC/Clang */
 
-bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern, tpu_pool_t *pool) {
-  (void)g, (void)kern, (void)pool;
+bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
+                        const tpu_gemm_team_t *team) {
+  (void)g, (void)kern, (void)team;
   return false;
 }
 
