@@ -44,9 +44,11 @@ void tpu_pool_parallel_for_helpers(tpu_pool_t *pool, int64_t n, int64_t grain, t
                                    void *ctx);
 
 /* Spins, running chunks of the pool's jobs, until done(arg) holds (returns true) or no job
- * has come for |idle_ns| nanoseconds (returns false: the caller should sleep instead).
- * Inline (one check of done) for a NULL pool or from inside a chunk. */
-bool tpu_pool_help(tpu_pool_t *pool, bool (*done)(void *arg), void *arg, uint64_t idle_ns);
+ * has come for |idle_ns| nanoseconds (returns false: the caller should sleep a while
+ * instead). |jobs_joined| (optional): how many jobs it took part in. Inline (one check of
+ * done) for a NULL pool or from inside a chunk. */
+bool tpu_pool_help(tpu_pool_t *pool, bool (*done)(void *arg), void *arg, uint64_t idle_ns,
+                   int64_t *jobs_joined);
 
 #ifdef __cplusplus
 }

@@ -10,12 +10,15 @@
  * tpu_pool_help and joins jobs as they are published, the same way a woken worker does.
  * parallel_for_helpers publishes a job without waking anyone, for work too short to pay
  * for a wake-up (tens of microseconds on a VM), and its caller spins for the helpers'
- * last chunks instead of sleeping. generation, closed, chunks_done and active are written
- * under the mutex and read without it by spinning threads.
+ * last chunks instead of sleeping. A helper that finds itself on the CPU a job was
+ * published from leaves (it could only steal the caller's time). generation, closed,
+ * chunks_done and active are written under the mutex and read without it by spinning
+ * threads.
  */
 #include "tpu/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -39,6 +42,7 @@ struct tpu_pool {
   _Atomic uint64_t generation;   /* bumped per job, under mu */
   _Atomic uint64_t closed;       /* the last job whose caller returned, under mu */
   atomic_int helpers;            /* threads inside tpu_pool_help */
+  atomic_int poster_cpu;         /* the CPU the current job's caller published it from */
   bool stop;
   /* the current job */
   tpu_range_fn fn;
@@ -197,6 +201,7 @@ static void run_job(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn, vo
   p->num_chunks = (n + chunk - 1) / chunk;
   p->chunks_done = 0;
   atomic_store(&p->next_chunk, 0);
+  atomic_store(&p->poster_cpu, sched_getcpu());
   p->generation++;
   if (wake) pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->mu);
@@ -247,22 +252,44 @@ void tpu_pool_parallel_for_helpers(tpu_pool_t *p, int64_t n, int64_t grain, tpu_
   pthread_mutex_unlock(&p->job_mutex);
 }
 
-bool tpu_pool_help(tpu_pool_t *p, bool (*done)(void *arg), void *arg, uint64_t idle_ns) {
+/* Takes the calling thread off |cpu| (its affinity minus that CPU), saving the affinity it
+ * had in |saved|; false if it cannot (no other CPU allowed). */
+static bool move_off(int cpu, cpu_set_t *saved) {
+  if (sched_getaffinity(0, sizeof *saved, saved) != 0) return false;
+  cpu_set_t others = *saved;
+  CPU_CLR(cpu, &others);
+  return CPU_COUNT(&others) > 0 && sched_setaffinity(0, sizeof others, &others) == 0;
+}
+
+bool tpu_pool_help(tpu_pool_t *p, bool (*done)(void *arg), void *arg, uint64_t idle_ns,
+                   int64_t *jobs_joined) {
+  int64_t joined = 0;
+  if (jobs_joined) *jobs_joined = 0;
   if (!p || t_in_job) return done(arg);
   atomic_fetch_add(&p->helpers, 1);
   uint64_t seen = atomic_load(&p->generation);
   if (atomic_load(&p->closed) != seen) seen--; /* a job is open: join it below */
   uint64_t idle_since = now_ns();
-  bool finished = false;
+  bool finished = false, moved = false;
+  cpu_set_t mask; /* the affinity to restore when moved */
   for (unsigned spin = 1;; spin++) {
     uint64_t gen = atomic_load(&p->generation);
     if (gen != seen) {
       seen = gen;
+      /* on the poster's own CPU this thread could only steal its time: move to another
+       * CPU for the rest of this call (the scheduler does not always do it: a thread that
+       * wakes from a nap tends to go back to its last CPU), or leave */
+      int cpu = sched_getcpu();
+      if (cpu >= 0 && atomic_load(&p->poster_cpu) == cpu) {
+        if (moved || !move_off(cpu, &mask)) break;
+        moved = true;
+      }
       t_in_job = true;
       pthread_mutex_lock(&p->mu);
       join_job(p, gen);
       pthread_mutex_unlock(&p->mu);
       t_in_job = false;
+      joined++;
       idle_since = now_ns();
       continue;
     }
@@ -276,5 +303,7 @@ bool tpu_pool_help(tpu_pool_t *p, bool (*done)(void *arg), void *arg, uint64_t i
     cpu_relax();
   }
   atomic_fetch_sub(&p->helpers, 1);
+  if (moved) sched_setaffinity(0, sizeof mask, &mask);
+  if (jobs_joined) *jobs_joined = joined;
   return finished;
 }

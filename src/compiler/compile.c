@@ -377,6 +377,9 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
     const tpu_node_t *x = tpu_graph_node(g, head->operands[0]);
     f->rows = x->shape.dims[0];
     f->chunk_rows = chunk_rows_of(head, x);
+    int64_t numel = 0;
+    tpu_shape_numel(&x->shape, &numel);
+    f->row_elems = f->rows > 0 ? numel / f->rows : 0;
     tpu_shape_t cshape = x->shape;
     cshape.dims[0] = f->chunk_rows;
     int b = -1;

@@ -67,6 +67,7 @@ typedef struct fused {
   uint64_t chunk_inputs;       /* bit i: input i is the private side result (one chunk) */
   view_t chunk;                /* prologue chunk: the REDUCE operand's dtype, dims[0] = chunk_rows */
   int64_t rows, chunk_rows;    /* the operand's dim 0, and the slices of it per chunk */
+  int64_t row_elems;           /* the operand's elements per slice of dim 0 */
   int num_ops;
   tpu_op_t *ops;               /* (num_ops) the fused nodes' ops (describe) */
 } fused_t;

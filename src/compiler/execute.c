@@ -224,11 +224,118 @@ static tpu_buf_t rows_of(const tpu_buf_t *b, int64_t rows, int64_t r0, int64_t n
   return w;
 }
 
-/* The first |nr| slices of dim 0 of |b| (a chunk-sized buffer). */
-static tpu_buf_t first_rows(const tpu_buf_t *b, int64_t nr) {
+/* Slices [r0, r0 + nr) of dim 0 of |b| (a private, chunk-sized buffer: r0 picks a thread's
+ * part of it). */
+static tpu_buf_t slice_rows(const tpu_buf_t *b, int64_t r0, int64_t nr) {
   tpu_buf_t w = *b;
+  w.data = (char *)b->data + r0 * b->strides[0] * (int64_t)tpu_dtype_size(b->dtype);
   w.dims[0] = nr;
   return w;
+}
+
+/* A fused REDUCE step's row-wise loop: side -> prologue -> reduce -> epilogue -> tail per
+ * chunk of dim-0 slices, so the rows a chunk computes are read back while still in cache. */
+typedef struct rows_loop {
+  const step_t *s;
+  const tpu_buf_t *in, *out;
+  tpu_buf_t head_out, chunk, side, tail; /* chunk and a private side: one chunk of rows */
+  tpu_pool_t *pool;
+  /* shared by threads (rows_slot): parts of part_rows rows */
+  int64_t part_rows, num_parts;
+  atomic_int_fast64_t next_part;
+  atomic_int failed;
+  tpu_status_t error;
+  char message[TPU_STATUS_MESSAGE_CAP];
+} rows_loop_t;
+
+/* Rows [r0, r0 + nr) of the loop; |priv|: the first row of this thread's part of the
+ * private buffers. */
+static tpu_status_t run_rows(const rows_loop_t *l, int64_t r0, int64_t nr, int64_t priv,
+                             tpu_pool_t *pool) {
+  const fused_t *f = l->s->fused;
+  const tpu_attrs_t *a = &l->s->attrs;
+  const tpu_buf_t *in = l->in;
+  const int64_t rows = f->rows;
+  bool split = !a->reduce.dims[0];
+  tpu_buf_t wins[TPU_EW_PROGRAM_MAX_INPUTS];
+  tpu_buf_t x, w;
+  /* chunk r0 of input i: a private side result holds only the current chunk */
+#define CHUNK_OF(i) (((f->chunk_inputs >> (i)) & 1) ? slice_rows(&in[i], priv, nr) \
+                                                  : rows_of(&in[i], rows, r0, nr))
+  if (f->has_side) {
+    w = f->side_private ? slice_rows(&l->side, priv, nr) : rows_of(&l->side, rows, r0, nr);
+    for (int i = 0; i < f->num_side_in; i++) wins[i] = CHUNK_OF(f->side_in + i);
+    TPU_RETURN_IF_ERROR(run_program(f->side, NULL, wins, f->num_side_in, &w, pool));
+  }
+  if (f->has_pre) {
+    x = slice_rows(&l->chunk, priv, nr);
+    for (int i = 0; i < f->num_pre_in; i++) wins[i] = CHUNK_OF(f->pre_in + i);
+    TPU_RETURN_IF_ERROR(run_program(f->pre, NULL, wins, f->num_pre_in, &x, pool));
+  } else if (f->head_reads_side) {
+    x = w;
+  } else {
+    x = CHUNK_OF(0);
+  }
+  tpu_buf_t ho = split ? rows_of(&l->head_out, rows, r0, nr) : l->head_out;
+  TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &x, a->reduce.dims, &ho, pool));
+  if (f->has_post) {
+    tpu_buf_t o = split ? rows_of(l->out, rows, r0, nr) : *l->out;
+    for (int i = 0; i < f->num_post_in; i++) wins[i] = rows_of(&in[f->post_in + i], rows, r0, nr);
+    TPU_RETURN_IF_ERROR(run_program(f->post, &o, wins, f->num_post_in, &o, pool));
+  }
+  if (f->has_tail) {
+    tpu_buf_t t = rows_of(&l->tail, rows, r0, nr);
+    for (int i = 0; i < f->num_tail_in; i++) wins[i] = CHUNK_OF(f->tail_in + i);
+    TPU_RETURN_IF_ERROR(run_program(f->tail, NULL, wins, f->num_tail_in, &t, pool));
+  }
+#undef CHUNK_OF
+  return TPU_OK;
+}
+
+/* One thread's share (begin = its slot): parts claimed one at a time, each computed in
+ * the thread's own part of the private buffers. The first error stops the others. */
+static void rows_slot(void *arg, int64_t begin, int64_t end) {
+  rows_loop_t *l = arg;
+  (void)end;
+  const int64_t rows = l->s->fused->rows;
+  for (;;) {
+    int64_t p = atomic_fetch_add(&l->next_part, 1);
+    if (p >= l->num_parts || atomic_load(&l->failed)) return;
+    int64_t r0 = p * l->part_rows;
+    int64_t nr = rows - r0 < l->part_rows ? rows - r0 : l->part_rows;
+    tpu_status_t st = run_rows(l, r0, nr, begin * l->part_rows, NULL);
+    int expected = 0;
+    if (st != TPU_OK && atomic_compare_exchange_strong(&l->failed, &expected, 1)) {
+      l->error = st;
+      snprintf(l->message, sizeof l->message, "%s", tpu_status_message());
+    }
+  }
+}
+
+/* Elements below which a row-wise loop stays on one thread (a few microseconds). */
+#define ROWS_SHARE_ELEMS 8192
+
+static tpu_status_t run_rows_loop(rows_loop_t *l) {
+  const fused_t *f = l->s->fused;
+  int threads = 1 + tpu_pool_helpers(l->pool);
+  bool split = !l->s->attrs.reduce.dims[0];
+  if (split && threads > 1 && f->chunk_rows >= threads &&
+      f->rows * f->row_elems >= ROWS_SHARE_ELEMS) {
+    /* helpers are spinning: share the rows, each thread in its own part of the private
+     * buffers (their chunk_rows rows hold |threads| parts of part_rows rows) */
+    l->part_rows = f->chunk_rows / threads;
+    l->num_parts = (f->rows + l->part_rows - 1) / l->part_rows;
+    atomic_init(&l->next_part, 0);
+    atomic_init(&l->failed, 0);
+    tpu_pool_parallel_for_helpers(l->pool, threads, 1, rows_slot, l);
+    if (atomic_load(&l->failed)) return tpu_status_set(l->error, "%s", l->message);
+    return TPU_OK;
+  }
+  for (int64_t r0 = 0; r0 < f->rows; r0 += f->chunk_rows) {
+    int64_t nr = f->rows - r0 < f->chunk_rows ? f->rows - r0 : f->chunk_rows;
+    TPU_RETURN_IF_ERROR(run_rows(l, r0, nr, 0, l->pool));
+  }
+  return TPU_OK;
 }
 
 static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *out,
@@ -250,51 +357,17 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
     }
   }
   if (f->has_pre || f->has_side || f->has_tail) {
-    /* chunks of dim-0 slices: side -> prologue -> reduce -> epilogue -> tail, so the rows
-     * a chunk computes are read back while they are still in cache */
-    tpu_buf_t chunk, side, tail;
-    if (f->has_pre) chunk = resolve(&f->chunk, inputs, outputs, scratch);
-    if (f->has_side) side = resolve(&f->side_out, inputs, outputs, scratch);
-    if (f->has_tail) tail = resolve(&f->tail_out, inputs, outputs, scratch);
-    bool split = !a->reduce.dims[0];
-    const int64_t rows = f->rows;
-    tpu_buf_t wins[TPU_EW_PROGRAM_MAX_INPUTS];
-    for (int64_t r0 = 0; r0 < rows; r0 += f->chunk_rows) {
-      int64_t nr = rows - r0 < f->chunk_rows ? rows - r0 : f->chunk_rows;
-      tpu_buf_t x, w;
-      /* chunk r0 of input i: a private side result holds only the current chunk */
-#define CHUNK_OF(i) (((f->chunk_inputs >> (i)) & 1) ? first_rows(&in[i], nr) \
-                                                    : rows_of(&in[i], rows, r0, nr))
-      if (f->has_side) {
-        w = f->side_private ? first_rows(&side, nr) : rows_of(&side, rows, r0, nr);
-        for (int i = 0; i < f->num_side_in; i++) wins[i] = CHUNK_OF(f->side_in + i);
-        TPU_RETURN_IF_ERROR(run_program(f->side, NULL, wins, f->num_side_in, &w, pool));
-      }
-      if (f->has_pre) {
-        x = chunk;
-        x.dims[0] = nr;
-        for (int i = 0; i < f->num_pre_in; i++) wins[i] = CHUNK_OF(f->pre_in + i);
-        TPU_RETURN_IF_ERROR(run_program(f->pre, NULL, wins, f->num_pre_in, &x, pool));
-      } else if (f->head_reads_side) {
-        x = w;
-      } else {
-        x = CHUNK_OF(0);
-      }
-      tpu_buf_t ho = split ? rows_of(&head_out, rows, r0, nr) : head_out;
-      TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &x, a->reduce.dims, &ho, pool));
-      if (f->has_post) {
-        tpu_buf_t o = split ? rows_of(out, rows, r0, nr) : *out;
-        for (int i = 0; i < f->num_post_in; i++) wins[i] = rows_of(&in[f->post_in + i], rows, r0, nr);
-        TPU_RETURN_IF_ERROR(run_program(f->post, &o, wins, f->num_post_in, &o, pool));
-      }
-      if (f->has_tail) {
-        tpu_buf_t t = rows_of(&tail, rows, r0, nr);
-        for (int i = 0; i < f->num_tail_in; i++) wins[i] = CHUNK_OF(f->tail_in + i);
-        TPU_RETURN_IF_ERROR(run_program(f->tail, NULL, wins, f->num_tail_in, &t, pool));
-      }
-#undef CHUNK_OF
-    }
-    return TPU_OK;
+    rows_loop_t l;
+    memset(&l, 0, sizeof l);
+    l.s = s;
+    l.in = in;
+    l.out = out;
+    l.head_out = head_out;
+    if (f->has_pre) l.chunk = resolve(&f->chunk, inputs, outputs, scratch);
+    if (f->has_side) l.side = resolve(&f->side_out, inputs, outputs, scratch);
+    if (f->has_tail) l.tail = resolve(&f->tail_out, inputs, outputs, scratch);
+    l.pool = pool;
+    return run_rows_loop(&l);
   }
   switch (s->op) {
     case TPU_OP_REDUCE:

@@ -13,9 +13,9 @@
  * so destroying an event while another stream still waits on it is safe.
  *
  * A stream given a helper pool lends a synchronizing thread to that pool: instead of
- * sleeping at once, the waiter spins in tpu_pool_help and runs chunks of the worker's
- * kernels, and sleeps only after kHelpIdleNs without work (the worker waiting on a
- * collective, say). So the core Python leaves idle while it waits runs matmuls.
+ * sleeping, the waiter spins in tpu_pool_help and runs chunks of the worker's kernels. After
+ * kHelpIdleNs without work (the worker waiting on a collective, say) it naps, then spins
+ * again. So the core Python leaves idle while it waits runs matmuls.
  */
 #include "tpu/stream.h"
 
@@ -180,7 +180,13 @@ tpu_status_t tpu_stream_create(const char *name, tpu_allocator_t host,
   if (rc == 0) {
     rc = pthread_cond_init(&s->work_cv, NULL);
     if (rc == 0) {
-      rc = pthread_cond_init(&s->done_cv, NULL);
+      pthread_condattr_t attr; /* synchronize naps with timed waits on the monotonic clock */
+      rc = pthread_condattr_init(&attr);
+      if (rc == 0) {
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        rc = pthread_cond_init(&s->done_cv, &attr);
+        pthread_condattr_destroy(&attr);
+      }
       if (rc == 0) {
         rc = pthread_create(&s->thread, NULL, worker_main, s);
         if (rc == 0) {
@@ -258,9 +264,19 @@ void tpu_stream_set_helper_pool(tpu_stream_t *stream, tpu_pool_t *pool) {
   pthread_mutex_unlock(&stream->mu);
 }
 
-/* How long a synchronizing thread spins without work before it sleeps until the next
- * node finishes: longer than the gaps between a graph's matmuls. */
+/* How long a synchronizing thread spins without work before it naps (longer than the
+ * gaps between a graph's matmuls), and its naps: from 1 ms, doubling while it finds no
+ * work (the worker waiting on a collective), up to 16 ms. A nap ends early when a node
+ * finishes. */
 static const uint64_t kHelpIdleNs = 500 * 1000;
+static const uint64_t kNapMinNs = 1000 * 1000, kNapMaxNs = 16 * 1000 * 1000;
+
+/* Waits on the stream's done_cv (mu held) for at most |ns| nanoseconds. */
+static void nap(tpu_stream_t *s, uint64_t ns) {
+  uint64_t until = now_ns() + ns;
+  struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+  pthread_cond_timedwait(&s->done_cv, &s->mu, &ts);
+}
 
 typedef struct ticket_wait {
   tpu_stream_t *stream;
@@ -277,15 +293,20 @@ tpu_status_t tpu_stream_synchronize(tpu_stream_t *stream) {
   pthread_mutex_lock(&stream->mu);
   uint64_t target = stream->enqueued;
   tpu_pool_t *pool = stream->helper_pool;
+  uint64_t nap_ns = kNapMinNs;
   while (stream->completed < target) {
-    if (pool) {
-      pthread_mutex_unlock(&stream->mu);
-      ticket_wait w = {stream, target};
-      bool reached = tpu_pool_help(pool, ticket_reached, &w, kHelpIdleNs);
-      pthread_mutex_lock(&stream->mu);
-      if (reached) break;
+    if (!pool) {
+      pthread_cond_wait(&stream->done_cv, &stream->mu);
+      continue;
     }
-    if (stream->completed < target) pthread_cond_wait(&stream->done_cv, &stream->mu);
+    pthread_mutex_unlock(&stream->mu);
+    ticket_wait w = {stream, target};
+    int64_t jobs = 0;
+    bool reached = tpu_pool_help(pool, ticket_reached, &w, kHelpIdleNs, &jobs);
+    pthread_mutex_lock(&stream->mu);
+    if (reached) break;
+    nap_ns = jobs ? kNapMinNs : (2 * nap_ns < kNapMaxNs ? 2 * nap_ns : kNapMaxNs);
+    if (stream->completed < target) nap(stream, nap_ns);
   }
   tpu_status_t st = stream->error;
   if (st != TPU_OK) {

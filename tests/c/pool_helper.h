@@ -19,7 +19,7 @@ static bool pool_helper_stopped(void *arg) { return atomic_load(&((pool_helper *
 
 static void *pool_helper_main(void *arg) {
   pool_helper *h = arg;
-  while (!tpu_pool_help(h->pool, pool_helper_stopped, h, 1000 * 1000)) {
+  while (!tpu_pool_help(h->pool, pool_helper_stopped, h, 1000 * 1000, NULL)) {
   }
   return NULL;
 }

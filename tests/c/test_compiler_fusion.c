@@ -14,6 +14,7 @@
 #include "check.h"
 #include "ir/graph_internal.h"
 #include "compile_util.h"
+#include "pool_helper.h"
 
 static tpu_pool_t *g_pool;
 
@@ -387,6 +388,45 @@ TEST(random_rowwise_graphs_match_unfused_bitwise) {
   CHECK(sides > 10 && tails > 10);
 }
 
+/* With a helper spinning in the pool, a row-wise loop shares its chunks (each thread in its
+ * own part of the private chunk buffers): the same bits as on one thread. */
+TEST(rowwise_loops_shared_with_helpers_keep_their_bits) {
+  static const int64_t shapes[][2] = {{64, 128}, {300, 301}, {8, 2048}};
+  tpu_dtype_t dts[3] = {TPU_F32, TPU_BF16, TPU_F16};
+  pool_helper h;
+  CHECK(pool_helper_start(&h, g_pool) == 0);
+  int bad = 0, sides = 0;
+  for (uint64_t seed = 1; seed <= 60; seed++) {
+    const int64_t *sh = shapes[seed % 3];
+    tpu_graph_t *g = random_rowwise_graph(seed, dts[seed % 3], sh[0], sh[1]);
+    tpu_executable_t *on = cu_compile(g, 0);
+    CHECK(on != NULL);
+    if (!on) {
+      tpu_graph_destroy(g);
+      continue;
+    }
+    char *t = describe(on);
+    for (const char *p = t; (p = strstr(p, ", side ")); p++) sides++;
+    free_text(t);
+    cu_run_t alone, shared;
+    cu_execute(g, on, 7, NULL, &alone);
+    cu_execute(g, on, 7, g_pool, &shared);
+    int d = cu_diff_outputs(&alone, &shared);
+    if (d != 0) {
+      fprintf(stderr, "  seed %llu: %d outputs differ\n", (unsigned long long)seed, d);
+      bad++;
+    }
+    cu_free(&alone);
+    cu_free(&shared);
+    tpu_executable_release(on);
+    tpu_graph_destroy(g);
+  }
+  pool_helper_stop(&h);
+  printf("  row-wise loops shared with a helper: %d sides\n", sides);
+  CHECK(bad == 0);
+  CHECK(sides > 5);
+}
+
 /* The graphs the eager bridge lowers (torchtpu/csrc/lower_nn.cpp): reductions with keepdim
  * reshapes, softmax's guard against infinite maxima, f32 statistics of bf16 tensors. */
 static tpu_value_t reduce_keep(tpu_graph_t *g, tpu_reduce_kind_t k, tpu_value_t x) {
@@ -508,6 +548,7 @@ int main(void) {
   RUN(elementwise_chain_is_one_kernel);
   RUN(layer_norm_fuses_into_few_kernels);
   RUN(softmax_fuses);
+  RUN(rowwise_loops_shared_with_helpers_keep_their_bits);
   RUN(matmul_with_epilogue_is_one_step);
   RUN(compare_select_clamp_convert_fuse);
   RUN(values_used_outside_stay_materialized);

@@ -360,7 +360,10 @@ static void shared_chunk(void *arg, int64_t begin, int64_t end) {
 
 static tpu_status_t shared_task(void *arg) {
   shared_job *j = arg;
-  for (long spin = 0; spin < 100 * 1000 * 1000L && tpu_pool_helpers(j->pool) == 0; spin++) {
+  /* wait (up to 2 s) for the synchronizing thread; sleeping, so that it gets a core */
+  for (int i = 0; i < 100000 && tpu_pool_helpers(j->pool) == 0; i++) {
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
   }
   tpu_pool_parallel_for_helpers(j->pool, 2, 1, shared_chunk, j);
   return TPU_OK;
@@ -371,19 +374,21 @@ TEST(synchronize_helps_the_pool) {
   CHECK_OK(tpu_pool_create(1, tpu_allocator_system(), &pool)); /* no workers of its own */
   tpu_stream_t *s = make_stream("helped");
   tpu_stream_set_helper_pool(s, pool);
-  /* A waiter that spins longer than the helper's idle time without work sleeps instead,
-   * so on a loaded machine (a slow wake-up of the worker) a round may run inline: the
-   * waiting thread must run one of the chunks in at least one of the rounds. */
-  int helped = 0;
-  for (int round = 0; round < 20 && !helped; round++) {
+  /* A waiter that spins longer than the helper's idle time without work sleeps until the
+   * next task finishes, then spins again: a first task that finishes while the second
+   * waits for a helper brings the waiter back even on a loaded machine. */
+  for (int round = 0; round < 3; round++) {
+    atomic_int flag = 0;
     shared_job j = {pool, pthread_self(), 0, 0};
+    tpu_task_t first = {set_flag_run, NULL, &flag, "first"};
     tpu_task_t t = {shared_task, NULL, &j, "shared"};
+    CHECK_OK(tpu_stream_enqueue(s, &first));
     CHECK_OK(tpu_stream_enqueue(s, &t));
     CHECK_OK(tpu_stream_synchronize(s));
-    CHECK(atomic_load(&j.entered) == 2 || atomic_load(&j.entered) == 1);
-    helped = atomic_load(&j.by_waiter) == 1 && atomic_load(&j.entered) == 2;
+    CHECK(atomic_load(&flag) == 1);
+    CHECK(atomic_load(&j.entered) == 2);
+    CHECK(atomic_load(&j.by_waiter) == 1); /* the waiting thread ran one chunk */
   }
-  CHECK(helped);
   CHECK(tpu_pool_helpers(pool) == 0);
   tpu_stream_destroy(s);
   tpu_pool_destroy(pool);

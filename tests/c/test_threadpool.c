@@ -158,9 +158,12 @@ static bool always(void *arg) {
 TEST(help_returns_when_done_or_idle) {
   tpu_pool_t *pool;
   CHECK_OK(tpu_pool_create(2, tpu_allocator_system(), &pool));
-  CHECK(tpu_pool_help(pool, always, NULL, 1000 * 1000 * 1000) == true);
-  CHECK(tpu_pool_help(pool, never, NULL, 1000) == false); /* 1 us without a job */
-  CHECK(tpu_pool_help(NULL, always, NULL, 0) == true);
+  int64_t jobs = -1;
+  CHECK(tpu_pool_help(pool, always, NULL, 1000 * 1000 * 1000, &jobs) == true);
+  CHECK(jobs == 0);
+  CHECK(tpu_pool_help(pool, never, NULL, 1000, &jobs) == false); /* 1 us without a job */
+  CHECK(jobs == 0);
+  CHECK(tpu_pool_help(NULL, always, NULL, 0, NULL) == true);
   CHECK(tpu_pool_helpers(pool) == 0);
   tpu_pool_destroy(pool);
 }
