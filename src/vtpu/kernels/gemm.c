@@ -603,7 +603,8 @@ static void task_grid(gemm_ctx *x, int64_t batches, int slots) {
 
 void tpu_gemm_team_for(const tpu_gemm_team_t *team, int64_t n, int64_t grain, tpu_range_fn fn,
                        void *ctx) {
-  if (team->helpers_only) tpu_pool_parallel_for_helpers(team->pool, n, grain, fn, ctx);
+  if (!team) fn(ctx, 0, n);
+  else if (team->helpers_only) tpu_pool_parallel_for_helpers(team->pool, n, grain, fn, ctx);
   else tpu_pool_parallel_for(team->pool, n, grain, fn, ctx);
 }
 

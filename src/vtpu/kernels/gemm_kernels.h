@@ -104,7 +104,7 @@ typedef struct tpu_gemm_team {
   int threads;
 } tpu_gemm_team_t;
 
-/* parallel_for over the team. */
+/* parallel_for over the team; a NULL team is the calling thread alone. */
 void tpu_gemm_team_for(const tpu_gemm_team_t *team, int64_t n, int64_t grain, tpu_range_fn fn,
                        void *ctx);
 
@@ -112,7 +112,8 @@ void tpu_gemm_team_for(const tpu_gemm_team_t *team, int64_t n, int64_t grain, tp
  * kernel, the CPU has it, and g is small (bf16 passes, M <= 64, N <= 32, at most 64
  * packed k steps, f32 or bf16 A and B each with a unit stride along one of its two dims,
  * affine); false, with nothing written, otherwise. The same bits as the blocked path.
- * Called by tpu_gemm_run_kernel after its checks (sizes consistent, K > 0). */
+ * Called by tpu_gemm_run_kernel after its checks (sizes consistent, K > 0); team NULL:
+ * this thread alone. */
 bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
                         const tpu_gemm_team_t *team);
 

@@ -319,7 +319,7 @@ bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
                (g->c.cols.stride == 1 || x.N == 1);
   int64_t per = x.M * x.N * x.K * x.passes; /* multiply-adds per batch */
   /* chunks of 2^20 multiply-adds for woken workers, 2^17 (a few microseconds) for helpers */
-  int64_t chunk_work = (int64_t)1 << (team->helpers_only ? 17 : 20);
+  int64_t chunk_work = (int64_t)1 << (team && team->helpers_only ? 17 : 20);
   tpu_gemm_team_for(team, g->c.batch.size, 1 + chunk_work / per, small_batches, &x);
   return true;
 }
