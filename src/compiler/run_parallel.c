@@ -1,6 +1,7 @@
 /* run_parallel.c: runs an executable's steps on several threads (executable.h).
  *
- * Every thread of the pool (the caller included) runs the same loop: take the next ready
+ * Every thread of the pool (the caller included; or, while threads wait in synchronize,
+ * the caller and those helpers: tpu_pool_help) runs the same loop: take the next ready
  * step from a shared queue, run it, and make ready each successor whose last dependency
  * it was (exe->deps, deps.h). The queue is an array with one slot per step, since each
  * step is queued exactly once: a producer claims a slot with an atomic counter and then
@@ -120,8 +121,14 @@ tpu_status_t tpu_run_parallel(const tpu_executable_t *exe, void *const *inputs,
   for (int i = 0; i < n; i++) {
     if (exe->deps.num_preds[i] == 0) publish(c, i);
   }
-  int threads = tpu_pool_num_threads(pool);
-  tpu_pool_parallel_for(pool, threads, 1, worker, c);
+  /* helpers spinning in the pool (a thread waiting in synchronize) take part without a
+   * wake-up; waking the sleeping workers too would put more threads than cores */
+  int helpers = tpu_pool_helpers(pool);
+  if (helpers > 0) {
+    tpu_pool_parallel_for_helpers(pool, 1 + helpers, 1, worker, c);
+  } else {
+    tpu_pool_parallel_for(pool, tpu_pool_num_threads(pool), 1, worker, c);
+  }
   st = TPU_OK;
   if (atomic_load(&c->failed)) st = tpu_status_set(c->error, "%s", c->message);
   tpu_allocator_free(exe->host, c->queue);
