@@ -71,6 +71,12 @@ int tpu_device_of_ptr(const void *ptr);
 /* Synchronizes every chip's stream; returns the first error found. */
 tpu_status_t tpu_runtime_synchronize_all(void);
 
+/* Whether a thread that synchronizes may help run the chips' kernels while it waits
+ * (tpu_pool_help). On by default when the process has fewer chips than cores; a process
+ * group of several processes on one host turns it off, since the processes share the
+ * cores and a spinning helper would take one from a peer. Applies to later inits too. */
+void tpu_runtime_set_helping(bool allowed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,6 +54,7 @@ tpu_status_t tpu_stream_synchronize(tpu_stream_t *stream);
 /* Lends threads that synchronize to |pool| while they wait (tpu_pool_help), so they run
  * chunks of the worker's kernels; NULL (the default) makes them just sleep. */
 void tpu_stream_set_helper_pool(tpu_stream_t *stream, tpu_pool_t *pool);
+tpu_pool_t *tpu_stream_helper_pool(tpu_stream_t *stream);
 /* True if every queued task has run (no blocking). */
 bool tpu_stream_query(tpu_stream_t *stream);
 /* Tasks run since creation (for tests and statistics). */

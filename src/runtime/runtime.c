@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct tpu_device {
   int index;
@@ -30,6 +31,7 @@ static struct {
   tpu_runtime_config_t config; /* valid when attempted and status == TPU_OK */
   tpu_device_t *devices[TPU_MAX_CHIPS];
   int count;
+  bool no_helping;             /* tpu_runtime_set_helping(false) was called */
 } g_rt = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- configuration -------------------------------------------------------- */
@@ -127,9 +129,6 @@ static tpu_status_t device_create(int index, const tpu_chip_spec_t *spec, tpu_de
     tpu_caching_allocator_set_label(dev->allocator, spec->marketing_name);
     st = tpu_stream_create(name, host, &dev->stream);
   }
-  tpu_pool_t *pool = NULL;
-  if (st == TPU_OK) st = tpu_pool_default(&pool);
-  if (st == TPU_OK) tpu_stream_set_helper_pool(dev->stream, pool); /* kernels run on it */
   if (st != TPU_OK) {
     device_destroy(dev);
     return tpu_status_set(st, "creating %s (%s): %s", name, spec->marketing_name,
@@ -137,6 +136,25 @@ static tpu_status_t device_create(int index, const tpu_chip_spec_t *spec, tpu_de
   }
   *out = dev;
   return TPU_OK;
+}
+
+/* Lends synchronizing threads to the kernels' pool (tpu_stream_set_helper_pool) only while
+ * that leaves no thread without a core: one per chip's stream plus the waiter. The caller
+ * holds g_rt.mu. */
+static void update_helping_locked(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  tpu_pool_t *pool = NULL;
+  if (!g_rt.no_helping && g_rt.count + 1 <= cores && tpu_pool_default(&pool) != TPU_OK) {
+    pool = NULL; /* no pool: nobody to help (the kernels report the error themselves) */
+  }
+  for (int i = 0; i < g_rt.count; i++) tpu_stream_set_helper_pool(g_rt.devices[i]->stream, pool);
+}
+
+void tpu_runtime_set_helping(bool allowed) {
+  pthread_mutex_lock(&g_rt.mu);
+  g_rt.no_helping = !allowed;
+  update_helping_locked();
+  pthread_mutex_unlock(&g_rt.mu);
 }
 
 /* Creates the devices of |cfg|; the caller holds g_rt.mu and has checked that
@@ -151,6 +169,7 @@ static tpu_status_t init_locked(const tpu_runtime_config_t *cfg) {
     st = device_create(i, cfg->chip, &g_rt.devices[i]);
     if (st == TPU_OK) g_rt.count = i + 1;
   }
+  if (st == TPU_OK) update_helping_locked();
   if (st != TPU_OK) {
     for (int i = 0; i < g_rt.count; i++) {
       device_destroy(g_rt.devices[i]);

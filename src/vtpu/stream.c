@@ -278,6 +278,13 @@ static void nap(tpu_stream_t *s, uint64_t ns) {
   pthread_cond_timedwait(&s->done_cv, &s->mu, &ts);
 }
 
+tpu_pool_t *tpu_stream_helper_pool(tpu_stream_t *stream) {
+  pthread_mutex_lock(&stream->mu);
+  tpu_pool_t *pool = stream->helper_pool;
+  pthread_mutex_unlock(&stream->mu);
+  return pool;
+}
+
 typedef struct ticket_wait {
   tpu_stream_t *stream;
   uint64_t target;

@@ -1,8 +1,10 @@
 /* test_runtime.c: configuration parsing, init (explicit and from the environment,
- * idempotent, thread-safe), devices, pointer lookup, errors and shutdown. */
+ * idempotent, thread-safe), devices, pointer lookup, errors, shutdown, and when waiting
+ * threads may help the chips' kernels. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "tpu/runtime.h"
@@ -229,6 +231,38 @@ TEST(sixty_four_v7_chips) {
   CHECK(tpu_device_count() == 0);
 }
 
+/* A chip's waiters help its kernels only while every stream and the waiter have a core. */
+static void check_helping(const char *chips, bool allowed) {
+  tpu_runtime_config_t c;
+  CHECK_OK(tpu_runtime_config_parse("v5e", chips, &c));
+  tpu_runtime_set_helping(allowed);
+  CHECK_OK(tpu_runtime_init_with_config(&c));
+  tpu_pool_t *pool = NULL;
+  CHECK_OK(tpu_pool_default(&pool));
+  bool spare = c.chip_count + 1 <= sysconf(_SC_NPROCESSORS_ONLN);
+  for (int i = 0; i < c.chip_count; i++) {
+    tpu_device_t *d = NULL;
+    CHECK_OK(tpu_device_get(i, &d));
+    CHECK(tpu_stream_helper_pool(tpu_device_stream(d)) == (allowed && spare ? pool : NULL));
+  }
+  if (allowed && c.chip_count == 1 && spare) { /* turned off (a process group) and on again */
+    tpu_device_t *d = NULL;
+    CHECK_OK(tpu_device_get(0, &d));
+    tpu_runtime_set_helping(false);
+    CHECK(tpu_stream_helper_pool(tpu_device_stream(d)) == NULL);
+    tpu_runtime_set_helping(true);
+    CHECK(tpu_stream_helper_pool(tpu_device_stream(d)) == pool);
+  }
+  tpu_runtime_shutdown();
+  tpu_runtime_set_helping(true);
+}
+
+TEST(waiters_help_only_with_a_spare_core) {
+  check_helping("1", true);
+  check_helping("1", false);
+  check_helping("64", true); /* more chips than cores */
+}
+
 int main(void) {
   RUN(config_defaults);
   RUN(config_topologies);
@@ -238,5 +272,6 @@ int main(void) {
   RUN(init_from_environment_remembers_the_first_result);
   RUN(concurrent_init_creates_devices_once);
   RUN(sixty_four_v7_chips);
+  RUN(waiters_help_only_with_a_spare_core);
   return check_report();
 }

@@ -332,6 +332,9 @@ class TpuBackend : public c10d::Backend {
         timeout_s_(timeout_s),
         topo_(group_topology(size)) {
     if (!gloo_) connect_shm(store);
+    // Several processes share this host's cores: a waiter spinning to help its own
+    // kernels would take a core from a peer that the collective waits for.
+    if (size > 1) tpu_runtime_set_helping(false);
   }
 
   ~TpuBackend() override {
