@@ -11,7 +11,8 @@
  * parallel_for_helpers publishes a job without waking anyone, for work too short to pay
  * for a wake-up (tens of microseconds on a VM), and its caller spins for the helpers'
  * last chunks instead of sleeping. A helper that finds itself on the CPU a job was
- * published from leaves (it could only steal the caller's time). generation, closed,
+ * published from (it could only steal the caller's time) moves to another CPU until it
+ * returns, or leaves if it cannot. generation, closed,
  * chunks_done and active are written under the mutex and read without it by spinning
  * threads.
  */

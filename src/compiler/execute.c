@@ -5,7 +5,9 @@
  * slices) are copies into or out of strided views; scatter and dynamic_update_slice copy
  * their operand into the output first and update it in place. Scalar operands that steer
  * a step (rng seed and offset, dynamic-slice starts, the pad value) are read at run time.
- * Fused steps run their head kernel and elementwise programs (fused_t in executable.h).
+ * Fused steps run their head kernel and elementwise programs (fused_t in executable.h); a
+ * fused reduction's row-wise loop is shared with the pool's helpers when any spin
+ * (tpu_pool_help), each thread computing in its own part of the private chunk buffers.
  * Errors are prefixed with the op and node, so a failure names what failed.
  */
 #include <stdio.h>

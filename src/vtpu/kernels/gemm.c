@@ -624,7 +624,7 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
     work = INT64_MAX;
   }
   /* the team: the whole pool from kSerialWork, else the helpers spinning now (from
-   * kHelperWork), else this thread alone */
+   * kHelperSmall; the blocked driver from kHelperWork), else this thread alone */
   tpu_gemm_team_t team = {pool, false, tpu_pool_num_threads(pool)};
   if (work < kSerialWork) {
     int helpers = work >= kHelperSmall ? tpu_pool_helpers(pool) : 0;
