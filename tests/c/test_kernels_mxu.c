@@ -322,14 +322,12 @@ TEST(bf16_products_exact) {
   free_buf(&a), free_buf(&b), free_buf(&c), free_buf(&c2);
 }
 
-/* GEMMs from 2^24 multiply-adds split over the pool, C into row blocks finer than the
- * kernel's when there are few column blocks: the results must be the bits of one thread. */
-TEST(split_gemms_keep_their_bits) {
-  static const int64_t shapes[][4] = {/* batch, M, K, N */
-                                      {1, 256, 256, 256}, {1, 300, 700, 80}, {3, 130, 400, 129}};
-  for (int s = 0; s < 3; s++) {
+/* Batched matmuls of |shapes| (batch, M, K, N) at every precision, f32 C (tiles written in
+ * place) and bf16 C: the pool's result must be the bits of one thread. */
+static void pool_matches_one_thread(const int64_t (*shapes)[4], int count) {
+  for (int s = 0; s < count; s++) {
     for (int p = 0; p < 3; p++) {
-      for (int o = 0; o < 2; o++) { /* f32 C (tiles written in place) and bf16 C */
+      for (int o = 0; o < 2; o++) {
         const int64_t *sh = shapes[s];
         int64_t ad[3] = {sh[0], sh[1], sh[2]}, bd[3] = {sh[0], sh[2], sh[3]};
         int64_t cd[3] = {sh[0], sh[1], sh[3]};
@@ -349,35 +347,22 @@ TEST(split_gemms_keep_their_bits) {
   }
 }
 
+/* GEMMs from 2^24 multiply-adds split over the pool, C into row blocks finer than the
+ * kernel's when there are few column blocks. */
+TEST(split_gemms_keep_their_bits) {
+  static const int64_t shapes[][4] = {{1, 256, 256, 256}, {1, 300, 700, 80}, {3, 130, 400, 129}};
+  pool_matches_one_thread(shapes, 3);
+}
+
 /* Matmuls too small to wake a worker (below 2^24 multiply-adds) are still split when a
- * helper spins in the pool: into row and column blocks (64-row dW: columns too), with the
- * same bits as one thread. */
+ * helper spins in the pool: into row and column blocks (64-row dW: columns too), and
+ * attention-sized batches of small products. */
 TEST(helped_gemms_keep_their_bits) {
-  static const int64_t shapes[][4] = {/* batch, M, K, N */
-                                      {1, 256, 64, 256}, {1, 64, 256, 256}, {1, 130, 97, 129},
-                                      {2, 100, 300, 70}};
+  static const int64_t shapes[][4] = {{1, 256, 64, 256}, {1, 64, 256, 256}, {1, 130, 97, 129},
+                                      {2, 100, 300, 70}, {32, 32, 16, 32}};
   pool_helper h;
   CHECK(pool_helper_start(&h, test_pool()) == 0);
-  for (int s = 0; s < 4; s++) {
-    for (int p = 0; p < 3; p++) {
-      for (int o = 0; o < 2; o++) { /* f32 C (tiles written in place) and bf16 C */
-        const int64_t *sh = shapes[s];
-        int64_t ad[3] = {sh[0], sh[1], sh[2]}, bd[3] = {sh[0], sh[2], sh[3]};
-        int64_t cd[3] = {sh[0], sh[1], sh[3]};
-        tpu_dtype_t odt = o ? TPU_BF16 : TPU_F32;
-        tbuf a = dense(TPU_F32, 3, ad), b = dense(TPU_F32, 3, bd);
-        tbuf one = dense(odt, 3, cd), split = dense(odt, 3, cd);
-        tpu_dot_attrs_t at = matmul_attrs((tpu_precision_t)p);
-        at.num_batch = 1;
-        at.lhs_batch[0] = 0, at.rhs_batch[0] = 0;
-        at.lhs_contract[0] = 2, at.rhs_contract[0] = 1;
-        CHECK_OK(tpu_kernel_dot_general(&at, &a.b, &b.b, &one.b, NULL));
-        CHECK_OK(tpu_kernel_dot_general(&at, &a.b, &b.b, &split.b, test_pool()));
-        CHECK(memcmp(one.store, split.store, (size_t)(sh[0] * sh[1] * sh[3]) * esize(odt)) == 0);
-        free_buf(&a), free_buf(&b), free_buf(&one), free_buf(&split);
-      }
-    }
-  }
+  pool_matches_one_thread(shapes, 5);
   pool_helper_stop(&h);
 }
 
