@@ -359,16 +359,10 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
     }
   }
   if (f->has_pre || f->has_side || f->has_tail) {
-    rows_loop_t l;
-    memset(&l, 0, sizeof l);
-    l.s = s;
-    l.in = in;
-    l.out = out;
-    l.head_out = head_out;
+    rows_loop_t l = {.s = s, .in = in, .out = out, .head_out = head_out, .pool = pool};
     if (f->has_pre) l.chunk = resolve(&f->chunk, inputs, outputs, scratch);
     if (f->has_side) l.side = resolve(&f->side_out, inputs, outputs, scratch);
     if (f->has_tail) l.tail = resolve(&f->tail_out, inputs, outputs, scratch);
-    l.pool = pool;
     return run_rows_loop(&l);
   }
   switch (s->op) {
