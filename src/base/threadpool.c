@@ -108,6 +108,7 @@ tpu_status_t tpu_pool_create(int num_threads, tpu_allocator_t host, tpu_pool_t *
   TPU_RETURN_IF_ERROR(tpu_allocator_calloc(host, 1, sizeof *p, "pool_create", (void **)&p));
   p->host = host;
   p->num_threads = 1;
+  atomic_init(&p->poster_cpu, -1);
   pthread_mutex_init(&p->job_mutex, NULL);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->wake, NULL);
@@ -262,6 +263,18 @@ static bool move_off(int cpu, cpu_set_t *saved) {
   return CPU_COUNT(&others) > 0 && sched_setaffinity(0, sizeof others, &others) == 0;
 }
 
+/* A helper on the CPU the last job was published from could only steal the poster's time
+ * (the scheduler does not always separate them: a thread that wakes from a nap tends to
+ * go back to its last CPU): moves it to another CPU once per tpu_pool_help call (|moved|,
+ * the affinity to restore in |saved|). False: it must leave instead. */
+static bool off_poster_cpu(tpu_pool_t *p, bool *moved, cpu_set_t *saved) {
+  int cpu = sched_getcpu();
+  if (cpu < 0 || atomic_load(&p->poster_cpu) != cpu) return true;
+  if (*moved || !move_off(cpu, saved)) return false;
+  *moved = true;
+  return true;
+}
+
 bool tpu_pool_help(tpu_pool_t *p, bool (*done)(void *arg), void *arg, uint64_t idle_ns,
                    int64_t *jobs_joined) {
   int64_t joined = 0;
@@ -277,14 +290,7 @@ bool tpu_pool_help(tpu_pool_t *p, bool (*done)(void *arg), void *arg, uint64_t i
     uint64_t gen = atomic_load(&p->generation);
     if (gen != seen) {
       seen = gen;
-      /* on the poster's own CPU this thread could only steal its time: move to another
-       * CPU for the rest of this call (the scheduler does not always do it: a thread that
-       * wakes from a nap tends to go back to its last CPU), or leave */
-      int cpu = sched_getcpu();
-      if (cpu >= 0 && atomic_load(&p->poster_cpu) == cpu) {
-        if (moved || !move_off(cpu, &mask)) break;
-        moved = true;
-      }
+      if (!off_poster_cpu(p, &moved, &mask)) break;
       t_in_job = true;
       pthread_mutex_lock(&p->mu);
       join_job(p, gen);
@@ -299,7 +305,7 @@ bool tpu_pool_help(tpu_pool_t *p, bool (*done)(void *arg), void *arg, uint64_t i
         finished = true;
         break;
       }
-      if (now_ns() - idle_since > idle_ns) break;
+      if (!off_poster_cpu(p, &moved, &mask) || now_ns() - idle_since > idle_ns) break;
     }
     cpu_relax();
   }
