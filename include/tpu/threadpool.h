@@ -5,6 +5,11 @@
  * parallel_for splits [0, n) into contiguous chunks of at least |grain| items and calls
  * |fn| on each chunk, returning when all chunks are done. Calls from inside a running
  * chunk run inline (no nested parallelism). Thread-safe: concurrent callers take turns.
+ *
+ * Helpers: a thread about to block (a synchronize waiting for a stream) can lend itself
+ * with tpu_pool_help; it spins and joins jobs until it is done waiting. Work too short to
+ * pay for waking a sleeping worker can still be shared with spinning helpers through
+ * parallel_for_helpers, so both cores run a graph's matmuls while Python waits.
  */
 #ifndef TPU_THREADPOOL_H
 #define TPU_THREADPOOL_H

@@ -5,7 +5,8 @@
  *   Init drops size-1 dims, then (unless the kernel needs row-major order, as iota and
  *   rng do) turns negative output strides positive and orders dims by output stride, and
  *   merges dims that are contiguous in every operand. Run splits the element range over
- *   the pool (grain TPU_EW_GRAIN elements) and calls a loop function on 1-d segments:
+ *   the pool (grain TPU_EW_GRAIN elements; below that, TPU_EW_HELPER_GRAIN over helpers
+ *   already spinning in it) and calls a loop function on 1-d segments:
  *   pointers and byte strides per operand, a length, and the segment's position in the
  *   iteration order (the row-major index when the order is kept). Run2 hands out 2-d
  *   segments instead (rows of the innermost dim, stepping the next one), so kernels whose
