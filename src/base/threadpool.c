@@ -18,6 +18,8 @@
  */
 #include "tpu/threadpool.h"
 
+#include "base/spin.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -25,13 +27,6 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#else
-#define cpu_relax() ((void)0)
-#endif
 
 struct tpu_pool {
   tpu_allocator_t host;
@@ -174,12 +169,6 @@ tpu_status_t tpu_pool_default(tpu_pool_t **out_pool) {
   return TPU_OK;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static bool job_finished(tpu_pool_t *p) {
   return atomic_load(&p->chunks_done) == p->num_chunks && atomic_load(&p->active) == 0;
 }
@@ -213,10 +202,10 @@ static void run_job(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn, vo
   t_in_job = false;
 
   if (!wake) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tpu_now_ns();
     for (unsigned spin = 1; !job_finished(p); spin++) {
-      if (spin % 64 == 0 && now_ns() - t0 > kCallerSpinNs) break;
-      cpu_relax();
+      if (spin % 64 == 0 && tpu_now_ns() - t0 > kCallerSpinNs) break;
+      tpu_cpu_relax();
     }
   }
   pthread_mutex_lock(&p->mu);
@@ -283,7 +272,7 @@ bool tpu_pool_help(tpu_pool_t *p, bool (*done)(void *arg), void *arg, uint64_t i
   atomic_fetch_add(&p->helpers, 1);
   uint64_t seen = atomic_load(&p->generation);
   if (atomic_load(&p->closed) != seen) seen--; /* a job is open: join it below */
-  uint64_t idle_since = now_ns();
+  uint64_t idle_since = tpu_now_ns();
   bool finished = false, moved = false;
   cpu_set_t mask; /* the affinity to restore when moved */
   for (unsigned spin = 1;; spin++) {
@@ -297,7 +286,7 @@ bool tpu_pool_help(tpu_pool_t *p, bool (*done)(void *arg), void *arg, uint64_t i
       pthread_mutex_unlock(&p->mu);
       t_in_job = false;
       joined++;
-      idle_since = now_ns();
+      idle_since = tpu_now_ns();
       continue;
     }
     if (spin % 16 == 0) {
@@ -305,9 +294,9 @@ bool tpu_pool_help(tpu_pool_t *p, bool (*done)(void *arg), void *arg, uint64_t i
         finished = true;
         break;
       }
-      if (!off_poster_cpu(p, &moved, &mask) || now_ns() - idle_since > idle_ns) break;
+      if (!off_poster_cpu(p, &moved, &mask) || tpu_now_ns() - idle_since > idle_ns) break;
     }
-    cpu_relax();
+    tpu_cpu_relax();
   }
   atomic_fetch_sub(&p->helpers, 1);
   if (moved) sched_setaffinity(0, sizeof mask, &mask);

@@ -19,14 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/spin.h"
 #include "compiler/executable.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define CPU_RELAX() _mm_pause()
-#else
-#define CPU_RELAX() ((void)0)
-#endif
 
 #define SPINS_BEFORE_YIELD 256
 
@@ -68,7 +62,7 @@ static void worker(void *arg, int64_t begin, int64_t end) {
     int h = atomic_load(&c->head);
     if (h >= atomic_load(&c->tail) || !atomic_compare_exchange_weak(&c->head, &h, h + 1)) {
       if (++idle < SPINS_BEFORE_YIELD) {
-        CPU_RELAX();
+        tpu_cpu_relax();
       } else {
         sched_yield();
       }
@@ -76,7 +70,7 @@ static void worker(void *arg, int64_t begin, int64_t end) {
     }
     idle = 0;
     int s;
-    while ((s = atomic_load(&c->queue[h])) < 0) CPU_RELAX();
+    while ((s = atomic_load(&c->queue[h])) < 0) tpu_cpu_relax();
     tpu_status_t st = tpu_step_run(&exe->steps[s], c->inputs, c->outputs, c->scratch, c->pool);
     if (st != TPU_OK) {
       fail(c, st);

@@ -12,6 +12,8 @@
  */
 #include "tpu/shm_group.h"
 
+#include "base/spin.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -267,18 +269,6 @@ void tpu_shm_group_set_timeout(tpu_shm_group_t *g, double timeout_s) {
 
 /* ---- waiting, liveness and failure ------------------------------------------------------ */
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 static void notify(tpu_shm_group_t *g) {
   atomic_fetch_add(&g->hdr->epoch, 1);
   if (atomic_load(&g->hdr->waiters) > 0)
@@ -357,9 +347,9 @@ static tpu_status_t wait_for(tpu_shm_group_t *g, ready_fn ready, const void *ctx
                              const char *what) {
   uint64_t blockers = 0;
   if (ready(g, ctx, &blockers)) return TPU_OK;
-  uint64_t t0 = now_ns();
-  while (now_ns() - t0 < g->spin_ns) {
-    for (int i = 0; i < 32; i++) cpu_relax();
+  uint64_t t0 = tpu_now_ns();
+  while (tpu_now_ns() - t0 < g->spin_ns) {
+    for (int i = 0; i < 32; i++) tpu_cpu_relax();
     if (ready(g, ctx, &blockers)) return TPU_OK;
   }
   uint64_t timeout_ns = (uint64_t)(g->timeout_s * 1e9);
@@ -395,7 +385,7 @@ static tpu_status_t wait_for(tpu_shm_group_t *g, ready_fn ready, const void *ctx
                     "tpu process group: rank %d (pid %d) exited while rank %d was waiting for it "
                     "in %s", r, pid, g->rank, what);
     }
-    if (now_ns() - t0 > timeout_ns) {
+    if (tpu_now_ns() - t0 > timeout_ns) {
       char list[256];
       format_ranks(blockers, list, sizeof(list));
       return fail(g, TPU_ERR_UNAVAILABLE,

@@ -19,6 +19,8 @@
  */
 #include "tpu/stream.h"
 
+#include "base/spin.h"
+
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -64,12 +66,6 @@ struct tpu_event {
   uint64_t completed_gen;
   uint64_t timestamp_ns;    /* when completed_gen completed */
 };
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- events: reference counting ------------------------------------------ */
 
@@ -124,7 +120,7 @@ static void run_node(tpu_stream_t *s, stream_node_t *n) {
       pthread_mutex_lock(&e->mu);
       if (n->generation > e->completed_gen) {
         e->completed_gen = n->generation;
-        e->timestamp_ns = now_ns();
+        e->timestamp_ns = tpu_now_ns();
       }
       pthread_cond_broadcast(&e->cv);
       pthread_mutex_unlock(&e->mu);
@@ -273,7 +269,7 @@ static const uint64_t kNapMinNs = 1000 * 1000, kNapMaxNs = 16 * 1000 * 1000;
 
 /* Waits on the stream's done_cv (mu held) for at most |ns| nanoseconds. */
 static void nap(tpu_stream_t *s, uint64_t ns) {
-  uint64_t until = now_ns() + ns;
+  uint64_t until = tpu_now_ns() + ns;
   struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
   pthread_cond_timedwait(&s->done_cv, &s->mu, &ts);
 }
