@@ -49,13 +49,16 @@ namespace {
 // ---- op registry ---------------------------------------------------------------------------
 
 // Out: an out= tensor (written, never read: no parameter). Tensor: read (and maybe written).
-enum class ArgKind { Tensor, Out, TensorList, OptTensorList, Scalar, Generator, Static };
+// ScalarList: run-time scalars, one per element (a foreach op's per-tensor scalars).
+enum class ArgKind { Tensor, Out, TensorList, OptTensorList, Scalar, ScalarList, Generator, Static };
 
 struct OpInfo {
   std::string name;                 // "aten::add.out"
   LowerFn fn = nullptr;
   std::vector<ArgKind> kinds;       // per argument
   std::vector<int> return_alias;    // per return: the argument it writes into, or -1
+  bool list_return = false;         // one Tensor[] return (a foreach op's results)
+  int written_list = -1;            // a TensorList argument the op writes (foreach in-place)
   bool random = false;              // takes (seed, offset) run-time inputs
   bool cpu_indices = false;         // CPU index tensors are allowed (indexing ops)
   bool mask_reads = false;          // x[mask] reads: the result shape depends on the data
@@ -87,6 +90,7 @@ ArgKind classify(const c10::Argument &arg) {
     auto elem = t->castRaw<c10::ListType>()->getElementType();
     if (elem->kind() == c10::TypeKind::TensorType) return ArgKind::TensorList;
     if (elem->kind() == c10::TypeKind::OptionalType) return ArgKind::OptTensorList;
+    if (elem->kind() == c10::TypeKind::NumberType) return ArgKind::ScalarList;
   }
   return ArgKind::Static;
 }
@@ -104,11 +108,19 @@ OpInfo make_info(const c10::OperatorHandle &op, const std::string &short_name, L
       info.kinds.back() = ArgKind::Static;
     }
     if (info.kinds.back() == ArgKind::Generator) info.random = true;
+    if (info.kinds.back() == ArgKind::TensorList && a.alias_info() && a.alias_info()->isWrite()) {
+      info.written_list = static_cast<int>(info.kinds.size() - 1);
+    }
   }
   if (op.hasTag(at::Tag::nondeterministic_seeded)) info.random = true;
   info.cpu_indices = accepts_cpu_indices(info.name);
   info.mask_reads = info.cpu_indices && info.name.find("index_put") == std::string::npos;
   for (const auto &r : s.returns()) {
+    const c10::TypePtr &rt = r.real_type();
+    if (rt->kind() == c10::TypeKind::ListType &&
+        rt->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::TensorType) {
+      info.list_return = true;  // results: one per element, none written into an argument
+    }
     int alias = -1;
     if (r.alias_info() && r.alias_info()->isWrite()) {
       for (size_t i = 0; i < s.arguments().size(); i++) {
@@ -276,6 +288,7 @@ struct Call {
   Key key;
 
   const at::Tensor *out_target(size_t r) const {
+    if (info->list_return) return nullptr;
     int a = info->return_alias[r];
     return a >= 0 && args[a].isTensor() ? &args[a].toTensor() : nullptr;
   }
@@ -332,11 +345,33 @@ struct Call {
             key.pod(static_cast<int8_t>(special_scalar(s)));
           }
           break;
+        case ArgKind::ScalarList: {  // every element a run-time input, even 0 and 1
+          auto list = v.toListRef();
+          key.pod('S');
+          key.pod(list.size());
+          for (const c10::IValue &e : list) {
+            if (e.isComplexDouble()) throw Unsupported("complex scalar");
+            key.pod(e.isDouble() ? 'f' : e.isBool() ? 'b' : 'i');
+          }
+          break;
+        }
         case ArgKind::Generator:
           break;
         case ArgKind::Static:
           add_static(key, v);
           break;
+      }
+    }
+    // a written list (foreach in-place): how each element overlaps the elements at its
+    // position in the other lists (foreach.cpp runs other overlaps the generic way)
+    if (info->written_list >= 0) {
+      auto w = args[info->written_list].toTensorList();
+      for (size_t i = 0; i < args.size(); i++) {
+        if (static_cast<int>(i) == info->written_list || !args[i].isTensorList()) continue;
+        auto l = args[i].toTensorList();
+        for (size_t e = 0; e < l.size() && e < w.size(); e++) {
+          key.pod(static_cast<int8_t>(alias_kind(l[e], w[e])));
+        }
       }
     }
     // aliasing between written tensors and every tensor argument
@@ -385,6 +420,13 @@ void add_params(LowerCtx &ctx, const Call &call) {
           ctx.list[i].push_back(t && t->defined() ? param_of(*t) : TPU_NO_VALUE);
         }
         break;
+      case ArgKind::ScalarList:
+        for (const c10::IValue &e : v.toListRef()) {
+          tpu_dtype_t dt = e.isDouble() ? TPU_F64 : e.isBool() ? TPU_BOOL : TPU_I64;
+          tpu_shape_t scalar{};
+          ctx.list[i].push_back(tpu_graph_parameter(g, dt, &scalar, nullptr));
+        }
+        break;
       case ArgKind::Scalar:
         if (!v.isNone()) {
           at::Scalar s = v.toScalar();
@@ -421,6 +463,18 @@ void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset
     if (tensors) tensors->resize(in.ptrs.size());
     if (tensors && t.device().type() == kTpu) tensors->back() = t;
   };
+  auto add_scalar = [&](const at::Scalar &s) {
+    if (s.isFloatingPoint()) {
+      double d = s.toDouble();
+      in.scalar_slot(&d, sizeof d);
+    } else if (s.isBoolean()) {
+      uint8_t b = s.toBool();
+      in.scalar_slot(&b, 1);
+    } else {
+      int64_t x = s.toLong();
+      in.scalar_slot(&x, sizeof x);
+    }
+  };
   for (size_t i = 0; i < call.args.size(); i++) {
     const c10::IValue &v = call.args[i];
     switch (call.info->kinds[i]) {
@@ -437,18 +491,11 @@ void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset
         break;
       case ArgKind::Scalar:
         if (!v.isNone() && !special_scalar(v.toScalar())) {  // 0 and 1 are constants
-          at::Scalar s = v.toScalar();
-          if (s.isFloatingPoint()) {
-            double d = s.toDouble();
-            in.scalar_slot(&d, sizeof d);
-          } else if (s.isBoolean()) {
-            uint8_t b = s.toBool();
-            in.scalar_slot(&b, 1);
-          } else {
-            int64_t x = s.toLong();
-            in.scalar_slot(&x, sizeof x);
-          }
+          add_scalar(v.toScalar());
         }
+        break;
+      case ArgKind::ScalarList:
+        for (const c10::IValue &e : v.toListRef()) add_scalar(e.toScalar());
         break;
       default:
         break;
@@ -511,6 +558,8 @@ std::vector<at::Tensor> meta_run(const c10::OperatorHandle &op, const Call &call
       outs.emplace_back();  // an undefined result (e.g. a gradient nobody asked for)
     } else if (r.isTensor()) {
       outs.push_back(r.toTensor());
+    } else if (r.isTensorList()) {  // a foreach op's results, one output each
+      for (const at::Tensor &t : r.toTensorList()) outs.push_back(t);
     } else {
       throw Unsupported("non-tensor result");
     }
@@ -539,16 +588,38 @@ bool graph_is_elementwise(const tpu_graph_t *g) {
 // What the engine must remember about an executable beyond the C program: which results
 // are undefined, and which arguments receive the trailing outputs (updates).
 struct ProgramInfo {
-  std::vector<bool> undefined;      // per return
-  std::vector<size_t> update_args;  // outputs after the defined returns write these args
+  std::vector<bool> undefined;        // per return (per element of a Tensor[] return)
+  std::vector<uint64_t> update_args;  // outputs after the defined returns write these
+                                      // (update_code: an argument or a list element)
   OpGraph graph;  // the lowered graph, which fused mode inlines
 };
+
+// An update's target as one number: argument |arg| (elem < 0) or element |elem| of the
+// TensorList argument |arg|.
+uint64_t update_code(size_t arg, int64_t elem = -1) {
+  return static_cast<uint64_t>(arg) | (static_cast<uint64_t>(elem + 1) << 32);
+}
+
+at::Tensor update_target(const Call &call, uint64_t code) {
+  const c10::IValue &v = call.args[code & 0xffffffffu];
+  if (code >> 32 == 0) return v.toTensor();
+  return v.toTensorList().get((code >> 32) - 1);
+}
+
+// The results a call returns: one per element of its first list for a Tensor[] return.
+size_t num_results(const Call &call) {
+  if (!call.info->list_return) return call.info->return_alias.size();
+  for (const c10::IValue &v : call.args) {
+    if (v.isTensorList()) return v.toTensorList().size();
+  }
+  return 0;
+}
 
 std::mutex g_programs_mu;
 std::unordered_map<const tpu_executable_t *, ProgramInfo> g_programs;
 
 // ProgramInfo's fields as the disk cache's extra bytes: u32 count, one byte per undefined
-// flag; u32 count, u64 per update argument.
+// flag; u32 count, u64 per update (update_code).
 std::vector<unsigned char> encode_program(const ProgramInfo &prog) {
   std::vector<unsigned char> out;
   auto put = [&](const void *p, size_t n) {
@@ -560,10 +631,7 @@ std::vector<unsigned char> encode_program(const ProgramInfo &prog) {
   for (bool u : prog.undefined) out.push_back(u ? 1 : 0);
   n = static_cast<uint32_t>(prog.update_args.size());
   put(&n, sizeof n);
-  for (size_t a : prog.update_args) {
-    uint64_t x = a;
-    put(&x, sizeof x);
-  }
+  for (uint64_t x : prog.update_args) put(&x, sizeof x);
   return out;
 }
 
@@ -586,11 +654,11 @@ bool decode_program(const std::vector<unsigned char> &in, size_t num_returns, si
     prog->undefined.push_back(u == 1);
     defined += u == 0;
   }
-  if (!get(&n, sizeof n) || n > num_args) return false;
+  if (!get(&n, sizeof n) || n > in.size()) return false;
   for (uint32_t i = 0; i < n; i++) {
     uint64_t a = 0;
-    if (!get(&a, sizeof a) || a >= num_args) return false;
-    prog->update_args.push_back(static_cast<size_t>(a));
+    if (!get(&a, sizeof a) || (a & 0xffffffffu) >= num_args) return false;
+    prog->update_args.push_back(a);
   }
   return pos == in.size() && defined + static_cast<int>(n) == num_outputs;
 }
@@ -639,6 +707,9 @@ ArgDescription describe_call(const c10::FunctionSchema &schema, const Call &call
           os << (e.isTensor() ? describe_tensor(e.toTensor()) : "None") << " ";
         }
         os << "]";
+        break;
+      case ArgKind::ScalarList:
+        os << "[" << v.toListRef().size() << " scalars]";
         break;
       case ArgKind::Scalar:
         if (v.isNone()) {
@@ -694,7 +765,7 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
   ProgramInfo prog;
   int out_index = 0;
   // |target|: the tensor output |out_index| writes, if it exists already (out=, self,
-  // mutated argument) with |target_arg| its argument index.
+  // mutated argument or list element) with |target_arg| its argument index.
   auto add_output = [&](tpu_value_t v, const at::Tensor &layout, const at::Tensor *target,
                         int target_arg) {
     v = convert(raw, v, to_tpu_dtype(layout.scalar_type()));
@@ -707,32 +778,32 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
       // itself read, as self of an in-place op or an input that is the same view. When
       // exactly one tensor argument overlaps it, as the same view, that parameter is the
       // output's exact alias: the compiler writes in place when no later step reads it.
-      int kind = call.info->kinds[target_arg] == ArgKind::Tensor ? 1 : 0;
-      int overlaps = kind, same_view_arg = kind ? target_arg : -1;
+      int kind = 0, overlaps = 0;
+      tpu_value_t same_view = TPU_NO_VALUE;
+      auto overlap = [&](const at::Tensor &t, tpu_value_t value) {
+        int k = alias_kind(t, *target);
+        kind = std::max(kind, k);
+        overlaps += k != 0;
+        if (k == 1) same_view = value;
+      };
       for (size_t i = 0; i < call.args.size(); i++) {
-        if (static_cast<int>(i) == target_arg) continue;
-        if (call.args[i].isTensor()) {
-          int k = alias_kind(call.args[i].toTensor(), *target);
-          kind = std::max(kind, k);
-          overlaps += k != 0;
-          if (k == 1) same_view_arg = static_cast<int>(i);
-        }
-        if (call.args[i].isTensorList()) {
-          for (const at::Tensor &t : call.args[i].toTensorList()) {
-            int k = alias_kind(t, *target);
-            kind = std::max(kind, k);
-            overlaps += k != 0 ? 2 : 0;  // list elements: never an exact alias
-          }
+        ArgKind ak = call.info->kinds[i];
+        if (ak == ArgKind::Tensor && call.args[i].isTensor()) {
+          overlap(call.args[i].toTensor(), ctx.value[i]);
+        } else if (ak == ArgKind::TensorList) {
+          auto list = call.args[i].toTensorList();
+          for (size_t e = 0; e < list.size(); e++) overlap(list[e], ctx.list[i][e]);
+        } else if (ak == ArgKind::Out && static_cast<int>(i) != target_arg) {
+          overlap(call.args[i].toTensor(), TPU_NO_VALUE);  // written, not read: no exact alias
         }
       }
-      tpu_value_t param = overlaps == 1 && kind == 1 &&
-                                  call.info->kinds[same_view_arg] == ArgKind::Tensor
-                              ? ctx.value[same_view_arg]
-                              : TPU_NO_VALUE;
+      tpu_value_t param = overlaps == 1 && kind == 1 ? same_view : TPU_NO_VALUE;
       if (param != TPU_NO_VALUE && tpu_graph_node(raw, param)->op == TPU_OP_PARAMETER) {
         alias.back() = tpu_graph_node(raw, param)->attrs.param.index;
       } else if (kind == 2 || (kind == 1 && !elementwise)) {
-        opts.output_may_alias_input |= out_index < 64 ? 1ull << out_index : 0;
+        TORCH_CHECK(out_index < 64, call.info->name, ": output ", out_index,
+                    " may alias an input; at most 64 such outputs");
+        opts.output_may_alias_input |= 1ull << out_index;
       }
     }
     out_index++;
@@ -742,12 +813,18 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
     if (!ctx.out_meta[r].defined()) continue;
     TORCH_INTERNAL_ASSERT(ctx.results[r] != TPU_NO_VALUE, call.info->name,
                           ": lowering left result ", r, " unset");
-    add_output(ctx.results[r], ctx.out_meta[r], call.out_target(r), call.info->return_alias[r]);
+    add_output(ctx.results[r], ctx.out_meta[r], call.out_target(r),
+               call.info->list_return ? -1 : call.info->return_alias[r]);
   }
   for (const auto &[arg, v] : ctx.updates) {
     const at::Tensor &t = call.args[arg].toTensor();
     add_output(v, t, &t, static_cast<int>(arg));
-    prog.update_args.push_back(arg);
+    prog.update_args.push_back(update_code(arg));
+  }
+  for (const LowerCtx::ListUpdate &u : ctx.list_updates) {
+    const at::Tensor t = call.args[u.arg].toTensorList().get(u.elem);
+    add_output(u.value, t, &t, static_cast<int>(u.arg));
+    prog.update_args.push_back(update_code(u.arg, static_cast<int64_t>(u.elem)));
   }
   if (tpu_graph_status(raw) != TPU_OK) {
     TORCH_CHECK(false, call.info->name, ": lowering built a bad graph: ",
@@ -784,7 +861,7 @@ tpu_executable_t *load_call(const Call &call) {
   if (!exe) return nullptr;
   std::unique_ptr<tpu_graph_t, GraphDeleter> g(raw);
   ProgramInfo prog;
-  if (!decode_program(extra, call.info->return_alias.size(), call.args.size(),
+  if (!decode_program(extra, num_results(call), call.args.size(),
                       tpu_executable_num_outputs(exe), &prog)) {
     tpu_executable_release(exe);
     disk_cache_count_error();
@@ -965,7 +1042,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
 
   // results: the written argument, or a new tensor laid out as compiled
   const ProgramInfo &prog = *program_info(exe);
-  const size_t num_returns = info.return_alias.size();
+  const size_t num_returns = info.list_return ? prog.undefined.size() : info.return_alias.size();
   c10::SmallVector<at::Tensor, 4> results(num_returns);
   int out_index = 0;
   for (size_t r = 0; r < num_returns; r++) {
@@ -1007,7 +1084,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     for (const at::Tensor &t : results) {
       if (t.defined()) written.push_back(t);
     }
-    for (size_t arg : prog.update_args) written.push_back(call.args[arg].toTensor());
+    for (uint64_t u : prog.update_args) written.push_back(update_target(call, u));
     record_op(call.device, info.name, call.key.data(), prog.graph, inputs, tensors, written, rng);
   } else {
     collect_inputs(call, inputs, seed, offset, nullptr);
@@ -1016,7 +1093,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
       if (r < prog.undefined.size() && prog.undefined[r]) continue;
       outputs.push_back(results[r].data_ptr());
     }
-    for (size_t arg : prog.update_args) outputs.push_back(call.args[arg].toTensor().data_ptr());
+    for (uint64_t u : prog.update_args) outputs.push_back(update_target(call, u).data_ptr());
     launch_executable(exe, std::move(inputs), std::move(outputs), call.device, info.name);
     if (eager_mode() == EagerMode::Debug) synchronize_device(call.device.index());
     exe = nullptr;
@@ -1024,6 +1101,10 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   if (exe) tpu_executable_release(exe);
 
   torch::jit::drop(*stack, num_args);
+  if (info.list_return) {
+    stack->emplace_back(c10::List<at::Tensor>(std::vector<at::Tensor>(results.begin(), results.end())));
+    return;
+  }
   for (at::Tensor &r : results) stack->emplace_back(std::move(r));
 }
 
@@ -1140,6 +1221,17 @@ void register_lowering(const char *op_name, LowerFn fn) {
   lowerings()[op_name] = fn;
   if (native_disabled()) return;
   lib->impl(op_name, torch::CppFunction::makeFromBoxedFunction<&native_kernel>());
+}
+
+void register_lowering_only(const char *op_name, LowerFn fn) { lowerings()[op_name] = fn; }
+
+LowerFn find_lowering(const std::string &op_name) {
+  auto it = lowerings().find(op_name);
+  return it == lowerings().end() ? nullptr : it->second;
+}
+
+void run_native(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  native_kernel(op, stack);
 }
 
 void register_static_scalar(const char *op_name, const char *arg) {

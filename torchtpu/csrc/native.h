@@ -49,6 +49,13 @@ struct LowerCtx {
   // Set by the lowering: new values of mutated arguments that are not results
   // (batch norm's running statistics): (argument index, value).
   std::vector<std::pair<size_t, tpu_value_t>> updates;
+  // Set by the lowering of an in-place list op (torch._foreach_mul_): new values of the
+  // elements of a TensorList argument.
+  struct ListUpdate {
+    size_t arg, elem;
+    tpu_value_t value;
+  };
+  std::vector<ListUpdate> list_updates;
   tpu_precision_t precision = TPU_PRECISION_DEFAULT;
 
   const c10::IValue &arg(size_t i) const { return (*args)[i]; }
@@ -62,6 +69,14 @@ using LowerFn = void (*)(LowerCtx &);
 
 // Registers |fn| as the native kernel of |op_name| ("add.out": an aten overload).
 void register_lowering(const char *op_name, LowerFn fn);
+// Registers |fn| as |op_name|'s lowering without making native_kernel its tpu kernel: the
+// op's own kernel decides per call whether to run it natively (foreach.cpp).
+void register_lowering_only(const char *op_name, LowerFn fn);
+// The lowering registered for |op_name|, or nullptr. Call after static initialization.
+LowerFn find_lowering(const std::string &op_name);
+// Runs a call of an op with a lowering through the native engine (key, cache, compile on a
+// miss, launch or record).
+void run_native(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
 // Runs the registrations of one lower_*.cpp file at library load.
 struct LoweringRegistrar {
