@@ -222,6 +222,27 @@ def test_cache_hits_after_the_first_call():
     assert after["hits"] >= before["hits"] + 5
 
 
+def test_arange_sizes_its_out_before_the_lookup():
+    # at::arange hands arange.start_out an empty out= tensor; sized first (PyTorch's rule),
+    # a repeated arange is one cache hit, not a miss and a meta kernel run every call
+    for args in [(7,), (2, 9, 3), (0.5, 3.0, 0.25), (10, 0, -3), (-4, 4, 1.5)]:
+        got, want = torch.arange(*args, device="tpu"), torch.arange(*args)
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want), args
+    torch.arange(29, device="tpu")
+    before = torchtpu.cache_stats()
+    for _ in range(4):
+        torch.arange(29, device="tpu")
+    after = torchtpu.cache_stats()
+    assert after["misses"] == before["misses"]
+    assert after["hits"] == before["hits"] + 4
+    for bad, message in [((0, 5, 0), "step must be nonzero"),
+                         ((5, 0, 1), "upper bound and lower bound inconsistent"),
+                         ((0, float("inf")), "unsupported range")]:
+        with pytest.raises(RuntimeError, match=message):
+            torch.arange(*bad, device="tpu")
+    assert torch.equal(torch.arange(3, device="tpu").cpu(), torch.arange(3))
+
+
 def test_changing_scalars_do_not_recompile():
     x = tpu(torch.randn(50))
     x.mul(0.5)

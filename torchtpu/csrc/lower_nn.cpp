@@ -6,7 +6,10 @@
 // Statistics (softmax sums, norms) are computed in f32 for bf16/f16 inputs. Index-taking
 // ops use gather/scatter with bounds checks: an out-of-range index is an IndexError at the
 // next sync (debug mode: at the op), never clamped.
+#include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/native/RangeUtils.h>
+#include <ATen/native/Resize.h>
 
 #include "native.h"
 
@@ -355,6 +358,17 @@ void arange_out(LowerCtx &ctx) {
   tpu_value_t step = bcast(ctx, convert(ctx.g, ctx.v(2), dt), s);
   ctx.results = {bin(ctx, TPU_OP_ADD, start, bin(ctx, TPU_OP_MUL, i, step))};
 }
+
+// arange's out= tensor sized as PyTorch's arange_out sizes it (its checks and errors too).
+void arange_presize(const std::vector<c10::IValue> &args) {
+  const at::Tensor &out = args[3].toTensor();
+  const at::Scalar start = args[0].toScalar(), end = args[1].toScalar(), step = args[2].toScalar();
+  int64_t n = AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "arange", [&] {
+    return at::native::compute_arange_size<scalar_t>(start, end, step);
+  });
+  if (out.numel() != n) at::native::resize_output(out, {n});
+}
+[[maybe_unused]] const bool arange_presized = (register_presize("arange.start_out", arange_presize), true);
 
 // cat.out(tensors, dim): legacy empty 1-D tensors are skipped, as in PyTorch.
 void cat_out(LowerCtx &ctx) {

@@ -62,10 +62,16 @@ struct OpInfo {
   bool random = false;              // takes (seed, offset) run-time inputs
   bool cpu_indices = false;         // CPU index tensors are allowed (indexing ops)
   bool mask_reads = false;          // x[mask] reads: the result shape depends on the data
+  PresizeFn presize = nullptr;      // sizes out= tensors before keying (register_presize)
 };
 
 std::unordered_map<std::string, LowerFn> &lowerings() {
   static std::unordered_map<std::string, LowerFn> m;
+  return m;
+}
+
+std::unordered_map<std::string, PresizeFn> &presizers() {
+  static std::unordered_map<std::string, PresizeFn> m;
   return m;
 }
 
@@ -100,6 +106,8 @@ OpInfo make_info(const c10::OperatorHandle &op, const std::string &short_name, L
   const c10::FunctionSchema &s = op.schema();
   info.name = c10::toString(op.operator_name());
   info.fn = fn;
+  auto presize = presizers().find(short_name);
+  if (presize != presizers().end()) info.presize = presize->second;
   const auto &fixed = static_scalars()[short_name];
   for (const auto &a : s.arguments()) {
     info.kinds.push_back(a.is_out() && classify(a) == ArgKind::Tensor ? ArgKind::Out
@@ -982,6 +990,7 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     return;
   }
 
+  if (info.presize) info.presize(call.args);
   tpu_executable_t *exe = nullptr;
   try {
     call.build_key();
@@ -1233,6 +1242,8 @@ LowerFn find_lowering(const std::string &op_name) {
 void run_native(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   native_kernel(op, stack);
 }
+
+void register_presize(const char *op_name, PresizeFn fn) { presizers()[op_name] = fn; }
 
 void register_static_scalar(const char *op_name, const char *arg) {
   static_scalars()[op_name].push_back(arg);

@@ -111,6 +111,12 @@ bool native_copy(const at::Tensor &src, const at::Tensor &dst);
 // input, for lowerings whose graph depends on its value (the `ord` of a norm).
 void register_static_scalar(const char *op_name, const char *arg);
 
+// Registers |fn| to size |op_name|'s out= tensors from its arguments, as PyTorch's kernel
+// would, before the call is keyed (arange's out starts empty: without it every call would
+// miss once and run the meta kernel to learn the size).
+using PresizeFn = void (*)(const std::vector<c10::IValue> &args);
+void register_presize(const char *op_name, PresizeFn fn);
+
 // ---- helpers for lowerings ----------------------------------------------------------------
 
 // Destroys an owned graph: std::unique_ptr<tpu_graph_t, GraphDeleter>.
