@@ -50,8 +50,10 @@ def test_examples_train_identically_in_strict_and_fused(name):
     assert fused == strict
     assert torchtpu.fallback_stats() == {}
     assert stats["ops_recorded"] > 100 * len(fused) / 6
-    # whole steps run as a few graphs, not one per op
-    assert stats["graphs_run"] <= 6 * len(fused), stats
+    # whole steps run as a few graphs, not one per op: cut where the recording thread
+    # changes (forward, backward), at the optimizer step, and every TORCHTPU_FUSED_MAX_OPS
+    limit = int(os.environ.get("TORCHTPU_FUSED_MAX_OPS", "32"))
+    assert stats["graphs_run"] <= 3 * len(fused) + stats["ops_recorded"] / limit, stats
     assert stats["flush:optimizer step"] == len(fused)
     # the backward (recorded on the autograd engine's thread) is a graph of its own, so
     # the forward runs while it is recorded
@@ -138,11 +140,12 @@ def test_dead_results_are_never_written_and_memory_is_reused(fused):
 
 
 def test_size_limit_and_flush_reasons_are_counted(fused):
+    limit = int(os.environ.get("TORCHTPU_FUSED_MAX_OPS", "32"))  # the documented default
     x = torch.ones(4, device="tpu")
     for _ in range(2100):
         x = x + 1
     stats = torchtpu.fused_stats()
-    assert stats.get("flush:size limit", 0) == 1
+    assert stats.get("flush:size limit", 0) == 2100 // limit
     assert x.cpu()[0].item() == 2101
     assert torchtpu.fused_stats()["flush:copy to host"] == 1
 

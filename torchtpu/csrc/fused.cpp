@@ -58,11 +58,17 @@ std::map<std::string, uint64_t> g_flush_reasons;
 std::atomic<uint64_t> g_ops_recorded{0};
 uint64_t g_graphs_run = 0, g_graph_hits = 0, g_graph_misses = 0;
 
+// Ops a pending graph records before it is cut (TORCHTPU_FUSED_MAX_OPS). Cutting every 32
+// ops lets the chip run the first part of a forward or backward while the rest records;
+// the cuts fall at the same ops every step (counted from the last flush), so the cache
+// hits. Measured on the GPT step (2026-11-30, 5 runs each): with 2000 (whole forward and
+// backward graphs) a step with a sync took a median 4.5 ms, with 32 3.5 ms, back to back
+// the same; the modelled v5e step 443 vs 434 µs.
 int max_ops() {
   static const int n = [] {
     const char *v = std::getenv("TORCHTPU_FUSED_MAX_OPS");
     int x = v ? std::atoi(v) : 0;
-    return x > 0 ? x : 2000;
+    return x > 0 ? x : 32;
   }();
   return n;
 }
