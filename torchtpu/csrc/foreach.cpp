@@ -267,6 +267,7 @@ bool runs_natively(const c10::OperatorHandle &op, const torch::jit::Stack &stack
       for (size_t i = 0; i < list.size(); i++) {
         const at::Tensor t = list.get(i);
         if (!t.defined() || t.device() != dev) return false;
+        // (past 64 outputs, one that may alias an input cannot be flagged to the compiler)
         auto w = written.find(t.storage().unsafeGetStorageImpl());
         if (w != written.end() && (w->second != i || !t.is_same(self.get(i)) || self.size() > 64)) {
           return false;
