@@ -243,6 +243,19 @@ def test_arange_sizes_its_out_before_the_lookup():
     assert torch.equal(torch.arange(3, device="tpu").cpu(), torch.arange(3))
 
 
+def test_cases_the_graph_builders_reject_run_on_the_cpu():
+    # ceil/floor of an integer tensor and an integer matmul have no tpu kernel: the lowering's
+    # graph records the builder's error and the call runs through the CPU fallback (it used
+    # to fail an internal assert), for a foreach op over such tensors too
+    x, y = torch.tensor([[1, -2, 3], [4, 5, -6]]), torch.tensor([[1, 2], [3, 4], [5, 6]])
+    assert torch.equal(torch.ceil(tpu(x)).cpu(), x)
+    assert torch.equal(torch.floor(tpu(x)).cpu(), x)
+    assert torch.equal(torch.mm(tpu(x), tpu(y)).cpu(), torch.mm(x, y))
+    got = torch._foreach_ceil([tpu(x), tpu(y)])
+    assert all(torch.equal(g.cpu(), w) for g, w in zip(got, [x, y]))
+    assert torch.equal((tpu(x) * 2).cpu(), x * 2)  # the device still works
+
+
 def test_changing_scalars_do_not_recompile():
     x = tpu(torch.randn(50))
     x.mul(0.5)

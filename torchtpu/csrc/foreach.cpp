@@ -201,10 +201,10 @@ void lower_foreach(LowerCtx &ctx) {
       }
       sub.value.push_back(v);
     }
-    if (m->inplace) {
-      // PyTorch's checks of the in-place op (a float result cannot be cast to an integer
-      // self): its meta kernel on this element, which raises PyTorch's error. (The meta run
-      // of the foreach op does not check them.)
+    {
+      // PyTorch's checks of the per-tensor op (a float result cannot be cast to an integer
+      // self, no `-` on bool): its meta kernel on this element, which raises PyTorch's
+      // error. (The meta run of the foreach op does not check them.)
       torch::jit::Stack meta;
       for (const c10::IValue &a : args) {
         bool device = a.isTensor() && a.toTensor().device().type() == kTpu;

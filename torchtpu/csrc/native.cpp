@@ -816,6 +816,8 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
     }
     out_index++;
   };
+  // a case the lowering's builders reject (ceil of an integer tensor): the CPU runs it
+  if (tpu_graph_status(raw) != TPU_OK) throw Unsupported(tpu_graph_error_message(raw));
   for (size_t r = 0; r < metas.size(); r++) {
     prog.undefined.push_back(!ctx.out_meta[r].defined());
     if (!ctx.out_meta[r].defined()) continue;
