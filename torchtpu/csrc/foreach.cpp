@@ -148,6 +148,18 @@ at::Tensor meta_like(const at::Tensor &t) {
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
 }
 
+// PyTorch's checks of the per-tensor op on one element's arguments |args| (a float result
+// cannot be cast to an integer self): its meta kernel raises PyTorch's error. The meta run
+// of the foreach op itself does not check them.
+void check_element(const PerTensor &m, const std::vector<c10::IValue> &args) {
+  torch::jit::Stack meta;
+  for (const c10::IValue &a : args) {
+    bool device = a.isTensor() && a.toTensor().device().type() == kTpu;
+    meta.push_back(device ? c10::IValue(meta_like(a.toTensor())) : a);
+  }
+  m.op->callBoxed(&meta);
+}
+
 // The lowering of every mapped foreach op: the per-tensor op's lowering once per element,
 // in one graph. Results (or, in place, updates of list 0) in list order.
 void lower_foreach(LowerCtx &ctx) {
@@ -201,17 +213,7 @@ void lower_foreach(LowerCtx &ctx) {
       }
       sub.value.push_back(v);
     }
-    {
-      // PyTorch's checks of the per-tensor op (a float result cannot be cast to an integer
-      // self, no `-` on bool): its meta kernel on this element, which raises PyTorch's
-      // error. (The meta run of the foreach op does not check them.)
-      torch::jit::Stack meta;
-      for (const c10::IValue &a : args) {
-        bool device = a.isTensor() && a.toTensor().device().type() == kTpu;
-        meta.push_back(device ? c10::IValue(meta_like(a.toTensor())) : a);
-      }
-      m->op->callBoxed(&meta);
-    }
+    check_element(*m, args);
     sub.list.assign(args.size(), {});
     sub.args = &args;
     m->fn(sub);
