@@ -137,6 +137,8 @@ def test_errors_match_pytorch_and_the_device_still_works():
     ints = [torch.ones(3, dtype=torch.int64, device="tpu")]
     with pytest.raises(RuntimeError, match="can't be cast"):
         torch._foreach_mul_(ints, 0.5)
+    with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor"):
+        torch._foreach_sub(xs, True)
     torch._foreach_mul_(xs, 2.0)
     assert torch.equal(xs[0].cpu(), lists("cpu")[0][0] * 2)
 

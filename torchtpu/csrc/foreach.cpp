@@ -13,6 +13,7 @@
 // per-tensor ops are recorded into one pending graph and launched as one cached program.
 // In fused mode and compile captures both ways record with the rest.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/BinaryOps.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ScalarOps.h>
 #include <torch/library.h>
@@ -158,6 +159,10 @@ void check_element(const PerTensor &m, const std::vector<c10::IValue> &args) {
     meta.push_back(device ? c10::IValue(meta_like(a.toTensor())) : a);
   }
   m.op->callBoxed(&meta);
+  // sub's bool check is in its CPU and CUDA kernels, not in its meta kernel
+  if (m.schema->name() == "aten::sub" && args[0].isTensor() && args[1].isTensor()) {
+    at::native::sub_check(args[0].toTensor(), args[1].toTensor());
+  }
 }
 
 // The lowering of every mapped foreach op: the per-tensor op's lowering once per element,
