@@ -14,7 +14,6 @@
 // In fused mode and compile captures both ways record with the rest.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/BinaryOps.h>
-#include <ATen/ops/empty_strided.h>
 #include <ATen/ScalarOps.h>
 #include <torch/library.h>
 
@@ -34,21 +33,6 @@ namespace torchtpu {
 namespace {
 
 // ---- how a foreach op maps to its per-tensor op ----------------------------------------------
-
-enum class Kind { Tensor, TensorList, Scalar, ScalarList, Other };
-
-Kind kind_of(const c10::Argument &a) {
-  c10::TypePtr t = a.real_type();
-  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
-  if (t->kind() == c10::TypeKind::TensorType) return Kind::Tensor;
-  if (t->kind() == c10::TypeKind::NumberType) return Kind::Scalar;
-  if (t->kind() == c10::TypeKind::ListType) {
-    auto e = t->castRaw<c10::ListType>()->getElementType()->kind();
-    if (e == c10::TypeKind::TensorType) return Kind::TensorList;
-    if (e == c10::TypeKind::NumberType) return Kind::ScalarList;
-  }
-  return Kind::Other;
-}
 
 // Where each argument of the per-tensor call for list element i comes from.
 enum class Src {
@@ -74,12 +58,12 @@ struct PerTensor {
 bool map_args(const c10::FunctionSchema &fs, const c10::FunctionSchema &ps, PerTensor *m) {
   const auto &f = fs.arguments(), &p = ps.arguments();
   if (ps.returns().size() != 1 || p.empty() || !p.back().is_out() ||
-      kind_of(p.back()) != Kind::Tensor || f.size() >= p.size()) {
+      classify(p.back()) != ArgKind::Tensor || f.size() >= p.size()) {
     return false;
   }
   m->args.clear();
   for (size_t j = 0; j < p.size(); j++) {
-    Kind pk = kind_of(p[j]);
+    ArgKind pk = classify(p[j]);
     if (p[j].is_out()) {
       if (j + 1 != p.size()) return false;
       m->args.emplace_back(Src::Out, -1);
@@ -90,13 +74,13 @@ bool map_args(const c10::FunctionSchema &fs, const c10::FunctionSchema &ps, PerT
       m->args.emplace_back(Src::Default, -1);
       continue;
     }
-    Kind fk = kind_of(f[j]);
+    ArgKind fk = classify(f[j]);
     int i = static_cast<int>(j);
-    if (fk == Kind::TensorList && pk == Kind::Tensor) m->args.emplace_back(Src::TensorElem, i);
-    else if (fk == Kind::ScalarList && pk == Kind::Scalar) m->args.emplace_back(Src::ScalarElem, i);
-    else if (fk == Kind::ScalarList && pk == Kind::Tensor) m->args.emplace_back(Src::WrapElem, i);
-    else if (fk == pk && (fk == Kind::Tensor || fk == Kind::Scalar)) m->args.emplace_back(Src::Same, i);
-    else if (fk == Kind::Scalar && pk == Kind::Tensor) m->args.emplace_back(Src::Wrap, i);
+    if (fk == ArgKind::TensorList && pk == ArgKind::Tensor) m->args.emplace_back(Src::TensorElem, i);
+    else if (fk == ArgKind::ScalarList && pk == ArgKind::Scalar) m->args.emplace_back(Src::ScalarElem, i);
+    else if (fk == ArgKind::ScalarList && pk == ArgKind::Tensor) m->args.emplace_back(Src::WrapElem, i);
+    else if (fk == pk && (fk == ArgKind::Tensor || fk == ArgKind::Scalar)) m->args.emplace_back(Src::Same, i);
+    else if (fk == ArgKind::Scalar && pk == ArgKind::Tensor) m->args.emplace_back(Src::Wrap, i);
     else return false;
   }
   return true;
@@ -120,7 +104,7 @@ const PerTensor *per_tensor_of(const c10::FunctionSchema &fs) {
   else if (ov == "Scalar" || ov == "ScalarList") candidates = {"Scalar_out", "out", "Tensor_Scalar_out"};
   else if (ov == "List") candidates = {"Tensor_out", "out", "Tensor_Tensor_out"};
   else if (ov == "Tensor") candidates = {"Tensor_out", "out"};
-  bool shape_ok = !fs.arguments().empty() && kind_of(fs.arguments()[0]) == Kind::TensorList &&
+  bool shape_ok = !fs.arguments().empty() && classify(fs.arguments()[0]) == ArgKind::TensorList &&
                   (m->inplace ? fs.returns().empty() : fs.returns().size() == 1);
   for (const auto &a : fs.arguments()) shape_ok = shape_ok && !a.is_out();
   bool found = false;
@@ -139,24 +123,13 @@ const PerTensor *per_tensor_of(const c10::FunctionSchema &fs) {
   return maps.emplace(&fs, std::move(m)).first->second.get();
 }
 
-at::Tensor wrapped(const at::Scalar &s) {
-  at::Tensor t = c10::scalar_to_tensor(s);
-  t.unsafeGetTensorImpl()->set_wrapped_number(true);
-  return t;
-}
-
-at::Tensor meta_like(const at::Tensor &t) {
-  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
-}
-
 // PyTorch's checks of the per-tensor op on one element's arguments |args| (a float result
 // cannot be cast to an integer self): its meta kernel raises PyTorch's error. The meta run
 // of the foreach op itself does not check them.
 void check_element(const PerTensor &m, const std::vector<c10::IValue> &args) {
   torch::jit::Stack meta;
   for (const c10::IValue &a : args) {
-    bool device = a.isTensor() && a.toTensor().device().type() == kTpu;
-    meta.push_back(device ? c10::IValue(meta_like(a.toTensor())) : a);
+    meta.push_back(a.isTensor() ? c10::IValue(to_meta(a.toTensor())) : a);
   }
   m.op->callBoxed(&meta);
   // sub's bool check is in its CPU and CUDA kernels, not in its meta kernel
@@ -178,7 +151,7 @@ void lower_foreach(LowerCtx &ctx) {
     sub.g = ctx.g;
     sub.schema = m->schema;
     sub.precision = ctx.precision;
-    sub.out_meta = {m->inplace ? meta_like(self.get(i)) : ctx.out_meta[i]};
+    sub.out_meta = {m->inplace ? to_meta(self.get(i)) : ctx.out_meta[i]};
     for (size_t k = 0; k < m->args.size(); k++) {
       auto [src, j] = m->args[k];
       tpu_value_t v = TPU_NO_VALUE;
@@ -192,7 +165,7 @@ void lower_foreach(LowerCtx &ctx) {
           v = ctx.list[j][i];
           break;
         case Src::WrapElem:
-          args.emplace_back(wrapped(ctx.arg(j).toListRef()[i].toScalar()));
+          args.emplace_back(at::native::wrapped_scalar_tensor(ctx.arg(j).toListRef()[i].toScalar()));
           v = ctx.list[j][i];
           break;
         case Src::Same:
@@ -200,7 +173,7 @@ void lower_foreach(LowerCtx &ctx) {
           v = ctx.v(j);
           break;
         case Src::Wrap:
-          args.emplace_back(wrapped(ctx.arg(j).toScalar()));
+          args.emplace_back(at::native::wrapped_scalar_tensor(ctx.arg(j).toScalar()));
           v = ctx.v(j);
           break;
         case Src::Default: {

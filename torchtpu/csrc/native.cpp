@@ -48,10 +48,6 @@ namespace {
 
 // ---- op registry ---------------------------------------------------------------------------
 
-// Out: an out= tensor (written, never read: no parameter). Tensor: read (and maybe written).
-// ScalarList: run-time scalars, one per element (a foreach op's per-tensor scalars).
-enum class ArgKind { Tensor, Out, TensorList, OptTensorList, Scalar, ScalarList, Generator, Static };
-
 struct OpInfo {
   std::string name;                 // "aten::add.out"
   LowerFn fn = nullptr;
@@ -80,6 +76,8 @@ std::unordered_map<std::string, std::vector<std::string>> &static_scalars() {
   return m;
 }
 
+}  // namespace
+
 ArgKind classify(const c10::Argument &arg) {
   const c10::TypePtr &t = arg.real_type();
   auto kind = t->kind();
@@ -100,6 +98,8 @@ ArgKind classify(const c10::Argument &arg) {
   }
   return ArgKind::Static;
 }
+
+namespace {
 
 OpInfo make_info(const c10::OperatorHandle &op, const std::string &short_name, LowerFn fn) {
   OpInfo info;
@@ -516,12 +516,14 @@ void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset
   if (tensors) tensors->resize(in.ptrs.size());
 }
 
-// The meta twin of an argument. Wrapped Python numbers stay as they are (meta kernels
-// read their value for type promotion); other CPU scalars become meta tensors.
+}  // namespace
+
 at::Tensor to_meta(const at::Tensor &t) {
   if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
 }
+
+namespace {
 
 // Runs PyTorch's meta kernel: result shapes/dtypes/strides, and PyTorch's own errors.
 std::vector<at::Tensor> meta_run(const c10::OperatorHandle &op, const Call &call) {

@@ -33,6 +33,17 @@ struct Unsupported : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How the engine treats an argument, from its schema type (classify). Out: an out= tensor
+// (written, never read: no parameter; set by the engine, never by classify). Tensor: read
+// (and maybe written). ScalarList: run-time scalars, one per element (a foreach op's
+// per-tensor scalars). Static: part of the signature.
+enum class ArgKind { Tensor, Out, TensorList, OptTensorList, Scalar, ScalarList, Generator, Static };
+ArgKind classify(const c10::Argument &arg);
+
+// The meta twin of an argument. Wrapped Python numbers stay as they are (meta kernels
+// read their value for type promotion); other tensors become meta tensors.
+at::Tensor to_meta(const at::Tensor &t);
+
 struct LowerCtx {
   tpu_graph_t *g = nullptr;
   const c10::FunctionSchema *schema = nullptr;
