@@ -85,3 +85,6 @@ from torchtpu import distributed  # noqa: E402,F401  (registers the "tpu" proces
 atexit.register(_let_autograd_threads_settle)
 
 from torchtpu import profiler  # noqa: E402,F401  (torch.profiler gains the modelled TPU lanes)
+from torchtpu import default_compile  # noqa: E402
+
+default_compile.install()  # torch.compile(model) with no backend compiles tpu graphs here

@@ -259,9 +259,30 @@ def _direct(gm):
     return run
 
 
-def tpu_backend(gm, example_inputs):
+def check_settings(mode=None, options=None):
+    """torch.compile's `mode` and `options`, accepted as a CUDA program passes them.
+    Every mode Inductor knows compiles the same way here: replaying a plan already gives
+    one launch per graph and no Python per op, which is what "reduce-overhead" asks of
+    CUDA graphs. Options are Inductor's config names; they are accepted and have no effect.
+    An unknown mode or option name raises a RuntimeError, as Inductor does."""
+    if not mode and not options:
+        return
+    import torch._inductor as inductor  # only here: importing it takes a second or two
+    if mode:
+        inductor.list_mode_options(mode)  # RuntimeError: "Unrecognized mode=..."
+    known = inductor.config.get_config_copy()
+    for key in options or {}:
+        if key.replace("-", "_") not in known:
+            raise RuntimeError(f"torch.compile(backend=\"tpu\"): unexpected optimization "
+                               f"option {key!r} (the options are Inductor's config names: "
+                               f"torch._inductor.list_options())")
+
+
+def tpu_backend(gm, example_inputs, mode=None, options=None):
     """torch.compile(backend="tpu"): AOTAutograd for graphs that need autograd (a forward
-    and its backward), Dynamo's graph directly for the others."""
+    and its backward), Dynamo's graph directly for the others. `mode` and `options` are
+    torch.compile's (check_settings)."""
+    check_settings(mode, options)
     if _without_autograd(gm):
         return _direct(gm)
     return aot_backend(gm, example_inputs)

@@ -334,3 +334,78 @@ def test_graphs_that_touch_autograd_keep_aotautograd():
     outs, graphs = graphs_of(inner_grad, x)
     assert not any(g.direct for g in graphs)
     assert outs[-1].requires_grad
+
+
+def mlp_losses(compile_kwargs, steps=3):
+    """Losses and final weights of a small GELU/LayerNorm MLP trained |steps| steps on tpu
+    with its forward compiled by torch.compile(**compile_kwargs)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.LayerNorm(32), torch.nn.Linear(32, 1)).to("tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    forward = torch.compile(model, **compile_kwargs)
+    x, y = torch.randn(8, 16, device="tpu"), torch.randn(8, 1, device="tpu")
+    losses = []
+    for _ in range(steps):
+        loss = F.mse_loss(forward(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def test_the_default_backend_compiles_tpu_graphs_here():
+    # torch.compile(model) with no backend is Inductor, whose "tpu" needs Google's torch_tpu
+    # ("No module named 'torch_tpu'"): a graph on our tpu goes to backend="tpu" instead,
+    # bit for bit the same training
+    want_losses, want_params = mlp_losses({"backend": "tpu"})
+    tc.graphs.clear()
+    losses, params = mlp_losses({})
+    assert {g.kind for g in tc.graphs} == {"forward", "backward"}, tc.graphs
+    assert all(g.stats()["plans"] == 1 for g in tc.graphs)
+    assert losses == want_losses
+    for p, q in zip(params, want_params):
+        assert torch.equal(p, q)
+
+
+def test_only_graphs_that_compute_on_tpu_leave_inductor():
+    from torchtpu.default_compile import computes_on_tpu
+    seen = []
+
+    def record(gm, example_inputs):
+        seen.append(computes_on_tpu(gm, example_inputs))
+        return gm
+    torch.compile(lambda x: x.sin() + 1, backend=record)(torch.randn(4))
+    torch.compile(lambda x: x.sin() + 1, backend=record)(torch.randn(4, device="tpu"))
+    torch.compile(lambda n: torch.ones(n, device="tpu") * 2, backend=record)(3)
+    assert seen == [False, True, True]
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs"])
+@pytest.mark.parametrize("backend", ["tpu", None])
+def test_compile_modes_train_as_the_default_mode(mode, backend):
+    # torch.compile passes mode= to the backend; a CUDA program's mode must not fail
+    want_losses, want_params = mlp_losses({"backend": "tpu"})
+    kwargs = {"mode": mode} if backend is None else {"mode": mode, "backend": backend}
+    losses, params = mlp_losses(kwargs)
+    assert losses == want_losses
+    for p, q in zip(params, want_params):
+        assert torch.equal(p, q)
+
+
+def test_compile_settings_are_checked_as_inductor_checks_them():
+    x = torch.randn(2, 4, device="tpu")
+    fn = torch.compile(lambda x: x * 2, backend="tpu", options={"epilogue_fusion": False})
+    torch.testing.assert_close(fn(x).cpu(), x.cpu() * 2)
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match="Unrecognized mode=fastest"):
+        torch.compile(lambda x: x * 2, backend="tpu", mode="fastest")(x)
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match="unexpected optimization option 'not_an_option'"):
+        torch.compile(lambda x: x * 2, backend="tpu", options={"not_an_option": 1})(x)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(lambda x: x + 1, backend="tpu")(x).cpu(),
+                               x.cpu() + 1)  # the device still works
