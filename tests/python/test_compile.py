@@ -409,3 +409,18 @@ def test_compile_settings_are_checked_as_inductor_checks_them():
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(lambda x: x + 1, backend="tpu")(x).cpu(),
                                x.cpu() + 1)  # the device still works
+
+
+def test_a_plan_replays_only_for_inputs_on_its_chip():
+    # replay checks the inputs' devices itself (the Python check was 30 us per call of
+    # AdamW's step): the same signature on the CPU runs the graph eagerly there
+    x = torch.randn(4, 8, device="tpu")
+    g, out = compiled_graph(lambda x: (x * 2).exp(), x)
+    hits = report.totals()["launches"]
+    torch.testing.assert_close(g([x])[0].cpu(), (x.cpu() * 2).exp())
+    assert report.totals()["launches"] == hits + 1  # one replayed plan
+    ok, _ = torch.ops.torchtpu.replay(g.fn_id, [x.cpu()])
+    assert not ok
+    y = g([x.cpu()])[0]
+    assert y.device.type == "cpu"
+    torch.testing.assert_close(y, (x.cpu() * 2).exp())
