@@ -150,6 +150,24 @@ def test_size_limit_and_flush_reasons_are_counted(fused):
     assert torchtpu.fused_stats()["flush:copy to host"] == 1
 
 
+def test_a_tensor_re_pointed_before_the_graph_runs_is_read_as_recorded(fused):
+    # `p.data = q` (nn.Module.to(dtype) does it to every parameter) re-points p's
+    # TensorImpl to q's storage while q's pending value still reads p's old bytes
+    x = torch.randn(6)
+    p = x.to("tpu")
+    torchtpu.flush()
+    q = p.to(torch.float16) * 2
+    p.data = q
+    assert torch.equal(q.cpu(), (x.half() * 2))
+    assert torch.equal(p.cpu(), (x.half() * 2))
+    model = torch.nn.Linear(4, 3).to("tpu")
+    torchtpu.flush()
+    want = [t.detach().cpu().bfloat16() for t in model.parameters()]
+    model.to(torch.bfloat16)
+    for w, t in zip(want, model.parameters()):
+        assert t.dtype == torch.bfloat16 and torch.equal(t.detach().cpu(), w)
+
+
 def test_cpu_fallback_sees_recorded_values(fused):
     x = torch.arange(6.0, device="tpu") * 2
     torchtpu.set_fallback_mode("silent")

@@ -101,13 +101,15 @@ std::unique_ptr<Plan> build_plan(Pending &p, const std::vector<at::Tensor> &inpu
   for (const Param &q : p.params) {
     PlanParam pp;
     pp.param = q;
-    if (q.tensor.defined() && q.tensor.device().type() == kTpu) {
-      auto it = input_of.find(q.tensor.storage().unsafeGetStorageImpl());
+    if (q.storage) {
+      auto it = input_of.find(q.storage.unsafeGetStorageImpl());
       if (it != input_of.end()) {
         pp.kind = PlanParam::Input;
         pp.input = it->second;
-        pp.delta = data_of(q.tensor) - data_of(inputs[it->second]);
+        pp.delta = static_cast<const char *>(q.storage.data()) + q.byte_offset -
+                   data_of(inputs[it->second]);
         pp.param.tensor = at::Tensor();
+        pp.param.storage = c10::Storage();
       }
     }
     plan->params.push_back(std::move(pp));

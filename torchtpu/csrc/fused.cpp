@@ -137,7 +137,12 @@ tpu_value_t read_tensor(Pending &p, const at::Tensor &t) {
   tpu_shape_t shape = to_shape(t.sizes());
   tpu_value_t v = tpu_graph_parameter(p.g, to_tpu_dtype(t.scalar_type()), &shape,
                                       t.is_contiguous() ? nullptr : t.strides().data());
-  p.params.push_back(Param{t, {}, 0, -1});
+  Param q{t, {}, 0, -1, {}, 0};
+  if (t.device().type() == kTpu) {
+    q.storage = t.storage();
+    q.byte_offset = t.storage_offset() * static_cast<int64_t>(t.itemsize());
+  }
+  p.params.push_back(std::move(q));
   p.storages[impl].reads.emplace_back(geo, v);
   p.key.push_back('p');
   key_geo(p.key, geo);
@@ -259,8 +264,10 @@ void bind_param(const Param &q, const std::vector<uint64_t> *rng_values, Inputs 
     in.scalar_slot(&x, sizeof x);
   } else if (!q.tensor.defined()) {
     in.scalar_slot(q.bytes.data(), q.bytes.size());
+  } else if (q.storage) {
+    in.ptrs.push_back(const_cast<char *>(static_cast<const char *>(q.storage.data())) + q.byte_offset);
   } else {
-    if (q.tensor.device().type() == c10::DeviceType::CPU) in.host_copies.push_back(q.tensor);
+    in.host_copies.push_back(q.tensor);  // a CPU tensor
     in.ptrs.push_back(const_cast<void *>(q.tensor.const_data_ptr()));
   }
 }

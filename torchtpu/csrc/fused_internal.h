@@ -27,6 +27,11 @@ struct Param {
   std::array<unsigned char, 16> bytes; // a host scalar, when tensor is undefined
   int rng = 0;                         // 1: seed, 2: offset of rngs[rng_index]
   int rng_index = -1;
+  // A tpu tensor's bytes as they were when it was read: its storage (kept alive) and byte
+  // offset. They stay put when the tensor is re-pointed before the graph runs
+  // (`t.data = other`, which nn.Module.to(dtype) does to every parameter).
+  c10::Storage storage;
+  int64_t byte_offset = 0;
 };
 
 struct StorageState {
