@@ -85,6 +85,7 @@ from torchtpu import distributed  # noqa: E402,F401  (registers the "tpu" proces
 atexit.register(_let_autograd_threads_settle)
 
 from torchtpu import profiler  # noqa: E402,F401  (torch.profiler gains the modelled TPU lanes)
-from torchtpu import default_compile  # noqa: E402
+from torchtpu import default_compile, meta_fixes  # noqa: E402
 
 default_compile.install()  # torch.compile(model) with no backend compiles tpu graphs here
+meta_fixes.install()  # nn.LSTM(bias=False) on tpu

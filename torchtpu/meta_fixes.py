@@ -1,0 +1,41 @@
+"""Fixes of PyTorch meta kernels that a tpu program reaches and a CUDA program in eager mode
+does not: torchtpu's engine runs an op's meta kernel to size its results (CUDA kernels
+size their own), and compile mode traces with fake tensors, which use the same kernels.
+
+* The meta kernel of _thnn_fused_lstm_cell (the cell of nn.LSTM and nn.LSTMCell on an
+  accelerator) checks the device of every argument, including biases that are None when the
+  LSTM has bias=False: "'NoneType' object has no attribute 'device'". `install` replaces
+  the check it calls with the same checks that skip absent biases.
+"""
+import torch
+import torch._meta_registrations as meta_registrations
+
+
+def rnn_cell_check_sizes(input_gates, hidden_gates, input_bias, hidden_bias, factor,
+                         prev_hidden):
+    """PyTorch's checks of a fused RNN cell's arguments (its CUDA kernels' checkSizes),
+    with input_bias and hidden_bias allowed to be None."""
+    torch._check(input_gates.ndim == 2, lambda: f"{input_gates.ndim} != 2")
+    torch._check(input_gates.shape == hidden_gates.shape,
+                 lambda: f"{input_gates.shape} != {hidden_gates.shape}")
+    gates_size = input_gates.size(1)
+    if input_bias is not None:
+        torch._check(input_bias.ndim == 1, lambda: f"{input_bias.ndim} != 1")
+        torch._check(input_bias.numel() == gates_size,
+                     lambda: f"{input_bias.numel()} != {gates_size}")
+        torch._check(hidden_bias is not None and input_bias.shape == hidden_bias.shape,
+                     lambda: f"{input_bias.shape} != {getattr(hidden_bias, 'shape', None)}")
+    torch._check(prev_hidden.ndim == 2, lambda: f"{prev_hidden.ndim} != 2")
+    expected = input_gates.size(0) * gates_size // factor
+    torch._check(prev_hidden.numel() == expected,
+                 lambda: f"{prev_hidden.numel()} != {input_gates.size(0)} * {gates_size} // "
+                         f"{factor} (aka {expected})")
+    others = [t for t in (hidden_gates, input_bias, hidden_bias, prev_hidden) if t is not None]
+    torch._check(all(t.device == input_gates.device for t in others),
+                 lambda: "expected all inputs to be same device")
+
+
+def install() -> None:
+    """Idempotent; changes nothing if this PyTorch has no such check."""
+    if hasattr(meta_registrations, "rnn_cell_checkSizes"):
+        meta_registrations.rnn_cell_checkSizes = rnn_cell_check_sizes
