@@ -274,6 +274,45 @@ def test_small_cnn_trains_like_cpu(highest):
         torch.testing.assert_close(b.cpu(), a, rtol=1e-3, atol=1e-4)
 
 
+# ---- losses -------------------------------------------------------------------------------------
+
+LOSSES = {
+    "smooth_l1": lambda x, y, r: F.smooth_l1_loss(x, y, reduction=r, beta=0.5),
+    "smooth_l1-beta0": lambda x, y, r: F.smooth_l1_loss(x, y, reduction=r, beta=0.0),
+    "huber": lambda x, y, r: F.huber_loss(x, y, reduction=r, delta=0.7),
+    "l1": lambda x, y, r: F.l1_loss(x, y, reduction=r),
+    "kl_div": lambda x, y, r: F.kl_div(F.log_softmax(x, -1), F.softmax(y, -1),
+                                      reduction="batchmean" if r == "mean" else r),
+}
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_losses_forward_backward(name, reduction):
+    # elementwise f32 maths and one sum: 1e-5; the kinks (|x - y| = beta or delta, x = y
+    # for l1) are exact comparisons on the same f32 difference as the CPU's
+    torch.manual_seed(0)
+    x, y = torch.randn(6, 7), torch.randn(6, 7)
+    x[0, :3] = y[0, :3]  # x = y: the gradient of |x - y| there is 0
+    compare(lambda x, y: LOSSES[name](x, y, reduction), x, y)
+
+
+def test_losses_bf16():
+    torch.manual_seed(0)
+    x, y = torch.randn(6, 7).bfloat16(), torch.randn(6, 7).bfloat16()
+    for name in ("smooth_l1", "huber"):
+        compare(lambda x, y: LOSSES[name](x, y, "mean"), x, y, rtol=2e-2, atol=2e-2)
+
+
+def test_xlogy_zero_nan_and_scalars():
+    x = torch.tensor([0.0, 0.0, 1.0, 2.0, -1.0, 0.0])
+    y = torch.tensor([0.0, float("nan"), 0.0, 3.0, 2.0, float("inf")])
+    for args in ((x, y), (2.0, y), (x, 3.0), (torch.tensor([0, 1, 2]), torch.tensor([1, 2, 3]))):
+        want = torch.xlogy(*args)
+        got = no_fallback(lambda: torch.xlogy(*[tpu(a) if isinstance(a, torch.Tensor) else a for a in args]))
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+
+
 # ---- random -------------------------------------------------------------------------------------
 
 N = 200_000

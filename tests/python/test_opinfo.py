@@ -18,7 +18,8 @@ SUBSET = {
     "nn.functional.linear", "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu",
     "nn.functional.layer_norm", "nn.functional.cross_entropy", "nn.functional.mse_loss",
     "cat", "stack", "tril", "triu", "index_select", "transpose", "reshape", "view",
-    "nn.functional.embedding", "masked_fill",
+    "nn.functional.embedding", "masked_fill", "xlogy", "sgn", "nn.functional.huber_loss",
+    "nn.functional.smooth_l1_loss", "nn.functional.l1_loss",
 }
 OPS = [op for op in op_db if op.name in SUBSET and op.variant_test_name == ""]
 

@@ -91,6 +91,15 @@ void pow_out(LowerCtx &ctx) {
   ctx.results = {B.op(TPU_OP_POW, x, y)};
 }
 
+// xlogy(x, y) = x * log(y), 0 where x == 0, NaN where y is NaN (PyTorch's definition);
+// the result is float even for integer operands.
+void xlogy_out(LowerCtx &ctx) {
+  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  tpu_value_t x = operand(ctx, 0, B.dt, B.shape), y = operand(ctx, 1, B.dt, B.shape);
+  tpu_value_t r = B.sel(B.cmp(TPU_CMP_EQ, x, B.k(0)), B.k(0), B.op(TPU_OP_MUL, x, B.un(TPU_OP_LOG, y)));
+  ctx.results = {B.sel(B.cmp(TPU_CMP_NE, y, y), y, r)};
+}
+
 // Python-style remainder: the sign follows the divisor.
 void remainder_out(LowerCtx &ctx) {
   tpu_value_t x, y;
@@ -428,6 +437,9 @@ LoweringRegistrar registrar({
     {"pow.Tensor_Tensor_out", pow_out},
     {"pow.Tensor_Scalar_out", pow_out},
     {"pow.Scalar_out", pow_out},
+    {"xlogy.OutTensor", xlogy_out},
+    {"xlogy.OutScalar_Self", xlogy_out},
+    {"xlogy.OutScalar_Other", xlogy_out},
     {"bitwise_and.Tensor_out", bitwise_and_out},
     {"bitwise_or.Tensor_out", bitwise_or_out},
     {"bitwise_xor.Tensor_out", bitwise_xor_out},
@@ -473,6 +485,7 @@ LoweringRegistrar registrar({
     {"floor.out", unary_out<TPU_OP_FLOOR>},
     {"ceil.out", unary_out<TPU_OP_CEIL>},
     {"sign.out", unary_out<TPU_OP_SIGN>},
+    {"sgn.out", unary_out<TPU_OP_SIGN>},  // sign for real dtypes (complex has no lowering)
     {"trunc.out", trunc_out},
     {"round.out", round_out},
     {"reciprocal.out", reciprocal_out},

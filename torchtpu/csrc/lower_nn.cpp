@@ -1,7 +1,7 @@
 // lower_nn.cpp: lowerings of the neural-network ops models train with: softmax and
-// log_softmax (and backward), nll_loss (forward/backward: cross_entropy), layer norm
-// (forward/backward), embedding (index_select, embedding_dense_backward), tril/triu,
-// arange, cat.
+// log_softmax (and backward), nll_loss (forward/backward: cross_entropy), the mse, smooth
+// L1 and Huber losses (forward/backward), layer norm (forward/backward), embedding
+// (index_select, embedding_dense_backward), tril/triu, arange, cat.
 //
 // Statistics (softmax sums, norms) are computed in f32 for bf16/f16 inputs. Index-taking
 // ops use gather/scatter with bounds checks: an out-of-range index is an IndexError at the
@@ -221,6 +221,17 @@ void nll_loss_backward(LowerCtx &ctx) {
 
 // ---- regression losses -----------------------------------------------------------------------
 
+// The loss reduction of mse/smooth_l1/huber: 0 none, 1 mean, 2 sum.
+tpu_value_t reduce_loss(LowerCtx &ctx, tpu_value_t loss, int64_t reduction) {
+  if (reduction == 0) return loss;
+  tpu_dtype_t dt = dtype_of(ctx.g, loss);
+  tpu_shape_t s = shape_of(ctx.g, loss);
+  tpu_value_t sum = reduce_dims(ctx.g, TPU_REDUCE_SUM, loss, {}, false);
+  int64_t n = 1;
+  for (int i = 0; i < s.rank; i++) n *= s.dims[i];
+  return reduction == 1 ? bin(ctx, TPU_OP_DIV, sum, full(ctx.g, dt, tpu_shape_t{}, static_cast<double>(n))) : sum;
+}
+
 // mse_loss.out(self, target, reduction): (x - y)^2, reduced (0 none, 1 mean, 2 sum).
 void mse_loss_out(LowerCtx &ctx) {
   tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
@@ -229,17 +240,7 @@ void mse_loss_out(LowerCtx &ctx) {
   tpu_shape_t ys = shape_of(ctx.g, y);
   if (!tpu_shape_equal(&s, &ys)) throw Unsupported("mse_loss with broadcasting");
   tpu_value_t d = bin(ctx, TPU_OP_SUB, x, y);
-  tpu_value_t sq = bin(ctx, TPU_OP_MUL, d, d);
-  int64_t reduction = ctx.arg(2).toInt();
-  if (reduction == 0) {
-    ctx.results = {sq};
-    return;
-  }
-  tpu_value_t sum = reduce_dims(ctx.g, TPU_REDUCE_SUM, sq, {}, false);
-  int64_t n = 1;
-  for (int i = 0; i < s.rank; i++) n *= s.dims[i];
-  ctx.results = {reduction == 1 ? bin(ctx, TPU_OP_DIV, sum, full(ctx.g, dt, tpu_shape_t{}, static_cast<double>(n)))
-                                : sum};
+  ctx.results = {reduce_loss(ctx, bin(ctx, TPU_OP_MUL, d, d), ctx.arg(2).toInt())};
 }
 
 // mse_loss_backward(grad_output, self, target, reduction): 2 (x - y) g (/ n for mean)
@@ -256,6 +257,89 @@ void mse_loss_backward(LowerCtx &ctx) {
   }
   tpu_value_t d = bin(ctx, TPU_OP_SUB, bcast(ctx, x, s), bcast(ctx, y, s));
   ctx.results = {bin(ctx, TPU_OP_MUL, bin(ctx, TPU_OP_MUL, d, g), full(ctx.g, dt, s, scale))};
+}
+
+// |x - y| of a loss's (self, target), in the compute dtype; no broadcasting (PyTorch warns
+// and broadcasts: that case runs on the CPU fallback).
+tpu_value_t loss_abs_diff(LowerCtx &ctx, tpu_value_t *diff) {
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt), y = convert(ctx.g, ctx.v(1), dt);
+  tpu_shape_t s = shape_of(ctx.g, x), ys = shape_of(ctx.g, y);
+  if (!tpu_shape_equal(&s, &ys)) throw Unsupported("loss with broadcasting");
+  *diff = bin(ctx, TPU_OP_SUB, x, y);
+  return tpu_graph_unary(ctx.g, TPU_OP_ABS, *diff);
+}
+
+// smooth_l1_loss.out(self, target, reduction, beta): z = |x - y|;
+// z < beta ? 0.5 z^2 / beta : z - 0.5 beta (beta = 0: z).
+void smooth_l1_loss_out(LowerCtx &ctx) {
+  tpu_value_t d, z = loss_abs_diff(ctx, &d);
+  tpu_dtype_t dt = dtype_of(ctx.g, z);
+  tpu_shape_t s = shape_of(ctx.g, z);
+  double beta = ctx.arg(3).toDouble();
+  tpu_value_t loss = z;
+  if (beta != 0) {
+    tpu_value_t b = full(ctx.g, dt, s, beta);
+    tpu_value_t quad = bin(ctx, TPU_OP_DIV, bin(ctx, TPU_OP_MUL, bin(ctx, TPU_OP_MUL, full(ctx.g, dt, s, 0.5), z), z), b);
+    tpu_value_t lin = bin(ctx, TPU_OP_SUB, z, full(ctx.g, dt, s, 0.5 * beta));
+    loss = tpu_graph_select(ctx.g, tpu_graph_compare(ctx.g, TPU_CMP_LT, z, b), quad, lin);
+  }
+  ctx.results = {reduce_loss(ctx, loss, ctx.arg(2).toInt())};
+}
+
+// huber_loss.out(self, target, reduction, delta): z < delta ? 0.5 z^2 : delta (z - 0.5 delta).
+void huber_loss_out(LowerCtx &ctx) {
+  tpu_value_t d, z = loss_abs_diff(ctx, &d);
+  tpu_dtype_t dt = dtype_of(ctx.g, z);
+  tpu_shape_t s = shape_of(ctx.g, z);
+  double delta = ctx.arg(3).toDouble();
+  tpu_value_t quad = bin(ctx, TPU_OP_MUL, bin(ctx, TPU_OP_MUL, full(ctx.g, dt, s, 0.5), z), z);
+  tpu_value_t lin = bin(ctx, TPU_OP_MUL, full(ctx.g, dt, s, delta),
+                        bin(ctx, TPU_OP_SUB, z, full(ctx.g, dt, s, 0.5 * delta)));
+  tpu_value_t loss = tpu_graph_select(ctx.g, tpu_graph_compare(ctx.g, TPU_CMP_LT, z, full(ctx.g, dt, s, delta)), quad, lin);
+  ctx.results = {reduce_loss(ctx, loss, ctx.arg(2).toInt())};
+}
+
+// The backward of smooth_l1 and huber losses (grad_output, self, target, reduction, beta or
+// delta): x = self - target and norm * grad_output (norm = 1/n for a mean), broadcast.
+struct LossGrad {
+  tpu_value_t x, g;
+  tpu_dtype_t dt;
+  tpu_shape_t s;
+};
+LossGrad loss_grad(LowerCtx &ctx) {
+  LossGrad r{};
+  r.dt = compute_dtype(ctx.out_dtype());
+  r.s = ctx.out_shape();
+  r.x = bin(ctx, TPU_OP_SUB, bcast(ctx, convert(ctx.g, ctx.v(1), r.dt), r.s), bcast(ctx, convert(ctx.g, ctx.v(2), r.dt), r.s));
+  r.g = bcast(ctx, convert(ctx.g, ctx.v(0), r.dt), r.s);
+  if (ctx.arg(3).toInt() == 1) {
+    int64_t n = 1;
+    for (int i = 0; i < r.s.rank; i++) n *= r.s.dims[i];
+    r.g = bin(ctx, TPU_OP_MUL, full(ctx.g, r.dt, r.s, 1.0 / static_cast<double>(n)), r.g);
+  }
+  return r;
+}
+
+// |x| < beta ? norm g x / beta : norm g sign(x)
+void smooth_l1_loss_backward(LowerCtx &ctx) {
+  LossGrad L = loss_grad(ctx);
+  tpu_value_t beta = full(ctx.g, L.dt, L.s, ctx.arg(4).toDouble());
+  tpu_value_t inner = bin(ctx, TPU_OP_DIV, bin(ctx, TPU_OP_MUL, L.g, L.x), beta);
+  tpu_value_t outer = bin(ctx, TPU_OP_MUL, L.g, tpu_graph_unary(ctx.g, TPU_OP_SIGN, L.x));
+  tpu_value_t small = tpu_graph_compare(ctx.g, TPU_CMP_LT, tpu_graph_unary(ctx.g, TPU_OP_ABS, L.x), beta);
+  ctx.results = {tpu_graph_select(ctx.g, small, inner, outer)};
+}
+
+// x < -delta ? -norm g delta : x > delta ? norm g delta : norm g x
+void huber_loss_backward(LowerCtx &ctx) {
+  LossGrad L = loss_grad(ctx);
+  double delta = ctx.arg(4).toDouble();
+  tpu_value_t up = bin(ctx, TPU_OP_MUL, L.g, full(ctx.g, L.dt, L.s, delta));
+  tpu_value_t down = bin(ctx, TPU_OP_MUL, L.g, full(ctx.g, L.dt, L.s, -delta));
+  tpu_value_t mid = bin(ctx, TPU_OP_MUL, L.g, L.x);
+  tpu_value_t r = tpu_graph_select(ctx.g, tpu_graph_compare(ctx.g, TPU_CMP_GT, L.x, full(ctx.g, L.dt, L.s, delta)), up, mid);
+  ctx.results = {tpu_graph_select(ctx.g, tpu_graph_compare(ctx.g, TPU_CMP_LT, L.x, full(ctx.g, L.dt, L.s, -delta)), down, r)};
 }
 
 // ---- layer norm ---------------------------------------------------------------------------------
@@ -403,6 +487,11 @@ LoweringRegistrar registrar({
     {"mse_loss.out", mse_loss_out},
     {"mse_loss_backward", mse_loss_backward},
     {"mse_loss_backward.grad_input", mse_loss_backward},
+    {"smooth_l1_loss.out", smooth_l1_loss_out},
+    {"smooth_l1_loss_backward.grad_input", smooth_l1_loss_backward},
+    {"huber_loss", huber_loss_out},
+    {"huber_loss.out", huber_loss_out},
+    {"huber_loss_backward.out", huber_loss_backward},
     {"native_layer_norm", native_layer_norm},
     {"native_layer_norm_backward", native_layer_norm_backward},
     {"tril.out", tril_out},
