@@ -274,6 +274,47 @@ def test_small_cnn_trains_like_cpu(highest):
         torch.testing.assert_close(b.cpu(), a, rtol=1e-3, atol=1e-4)
 
 
+# ---- upsampling ---------------------------------------------------------------------------------
+
+UPSAMPLE_SHAPES = {1: (2, 3, 7), 2: (2, 3, 5, 6), 3: (1, 2, 3, 4, 5)}
+LINEAR = {1: "linear", 2: "bilinear", 3: "trilinear"}
+
+
+def upsample_cases():
+    for k, shape in UPSAMPLE_SHAPES.items():
+        sizes = {"x2": dict(scale_factor=2), "x1.7": dict(scale_factor=1.7),
+                 "up": dict(size=tuple(s + 3 for s in shape[2:])),
+                 "down": dict(size=tuple(max(1, s - 2) for s in shape[2:])),
+                 "same": dict(size=shape[2:])}
+        for size, kw in sizes.items():
+            yield pytest.param(shape, "nearest", kw, {}, id=f"{k}d-nearest-{size}")
+            yield pytest.param(shape, "nearest-exact", kw, {}, id=f"{k}d-nearest-exact-{size}")
+            for ac in (False, True):
+                yield pytest.param(shape, LINEAR[k], kw, dict(align_corners=ac),
+                                   id=f"{k}d-{LINEAR[k]}-{size}-align{int(ac)}")
+
+
+@pytest.mark.parametrize("shape,mode,size,extra", upsample_cases())
+def test_upsample_forward_backward(shape, mode, size, extra):
+    # the same source pixels as the CPU (indices from the same f32 formulas); linear
+    # weights differ from the CPU's by an ulp at most (it may fuse a multiply-add), and the
+    # backward sums one dim at a time: 1e-5
+    torch.manual_seed(0)
+    compare(lambda x: F.interpolate(x, mode=mode, **size, **extra), torch.randn(shape))
+
+
+def test_upsample_nearest_is_exact_for_images_and_bf16():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 6)
+    for kw in (dict(scale_factor=2), dict(scale_factor=1.7), dict(size=(9, 4))):
+        assert torch.equal(no_fallback(lambda: F.interpolate(tpu(x), **kw)).cpu(), F.interpolate(x, **kw))
+    u8 = torch.randint(0, 255, (1, 3, 4, 4), dtype=torch.uint8)
+    assert torch.equal(no_fallback(lambda: F.interpolate(tpu(u8), scale_factor=3)).cpu(),
+                       F.interpolate(u8, scale_factor=3))
+    xb = x.bfloat16().to(memory_format=torch.channels_last)
+    compare(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), xb, rtol=2e-2, atol=2e-2)
+
+
 # ---- losses -------------------------------------------------------------------------------------
 
 LOSSES = {

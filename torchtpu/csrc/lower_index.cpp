@@ -168,37 +168,6 @@ void scatter_reduce_two(LowerCtx &ctx) {
 
 // ---- along one dim with whole slices (index_fill, index_copy, index_add) ------------------------
 
-// x with the slices x.select(dim, index[i]) replaced by / added to updates[i]:
-// index (L) i64, updates (L, the other dims of x in order).
-tpu_value_t scatter_slices(LowerCtx &ctx, tpu_value_t x, int64_t dim, tpu_value_t index,
-                           tpu_value_t updates, Combine how) {
-  tpu_shape_t xs = shape_of(ctx.g, x);
-  tpu_shape_t is = shape_of(ctx.g, index);
-  tpu_scatter_attrs_t a{};
-  a.num_update_window_dims = xs.rank - 1;
-  for (int d = 0; d < xs.rank - 1; d++) a.update_window_dims[d] = d + 1;
-  a.num_inserted_window_dims = 1;
-  a.inserted_window_dims[0] = dim;
-  a.num_scatter_dims = 1;
-  a.scatter_dims_to_operand_dims[0] = dim;
-  a.index_vector_dim = is.rank;  // (L): one coordinate per update row
-  a.kind = how == Combine::Add ? TPU_SCATTER_ADD : TPU_SCATTER_REPLACE;
-  a.check_bounds = true;
-  return tpu_graph_scatter(ctx.g, x, index, updates, &a);
-}
-
-// (..., L at dim, ...) -> (L, ...): moves |dim| to the front.
-tpu_value_t dim_first(LowerCtx &ctx, tpu_value_t v, int64_t dim) {
-  tpu_shape_t s = shape_of(ctx.g, v);
-  if (dim == 0) return v;
-  int64_t perm[TPU_MAX_RANK];
-  perm[0] = dim;
-  for (int d = 0, k = 1; d < s.rank; d++) {
-    if (d != dim) perm[k++] = d;
-  }
-  return tpu_graph_transpose(ctx.g, v, perm);
-}
-
 tpu_shape_t slices_shape(const tpu_shape_t &xs, int64_t dim, int64_t n) {  // (n, others...)
   tpu_shape_t s{};
   s.rank = xs.rank;
@@ -231,7 +200,7 @@ void index_fill(LowerCtx &ctx) {
   tpu_value_t value = convert(ctx.g, ctx.v(3), dt);
   if (shape_of(ctx.g, value).rank != 0) throw Unsupported("index_fill with a non-scalar value");
   tpu_value_t updates = broadcast_to(ctx.g, value, slices_shape(xs, dim, n));
-  ctx.results = {tpu_graph_reshape(ctx.g, scatter_slices(ctx, x, dim, index, updates, Combine::Replace), &out)};
+  ctx.results = {tpu_graph_reshape(ctx.g, scatter_slices(ctx.g, x, dim, index, updates, false), &out)};
 }
 
 // index_copy(self, dim, index, source) and index_add(self, dim, index, source, alpha)
@@ -251,11 +220,11 @@ void index_copy_add(LowerCtx &ctx, Combine how) {
   full_src.dims[dim] = n;
   if (numel(shape_of(ctx.g, src)) != numel(full_src)) throw Unsupported("index_copy/add source shape");
   src = tpu_graph_reshape(ctx.g, src, &full_src);
-  tpu_value_t updates = dim_first(ctx, src, dim);
+  tpu_value_t updates = dim_first(ctx.g, src, dim);
   if (how == Combine::Add && ctx.v(4) != TPU_NO_VALUE) {
     updates = bin(ctx, TPU_OP_MUL, updates, broadcast_to(ctx.g, convert(ctx.g, ctx.v(4), dt), shape_of(ctx.g, updates)));
   }
-  ctx.results = {tpu_graph_reshape(ctx.g, scatter_slices(ctx, x, dim, index, updates, how), &out)};
+  ctx.results = {tpu_graph_reshape(ctx.g, scatter_slices(ctx.g, x, dim, index, updates, how == Combine::Add), &out)};
 }
 void index_copy(LowerCtx &ctx) { index_copy_add(ctx, Combine::Replace); }
 void index_add(LowerCtx &ctx) { index_copy_add(ctx, Combine::Add); }

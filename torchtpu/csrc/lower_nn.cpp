@@ -64,32 +64,8 @@ void log_softmax_backward_out(LowerCtx &ctx) {  // g - exp(y) * sum(g)
 
 // ---- gathers ------------------------------------------------------------------------------
 
-// x.index_select(dim, index) as a bounds-checked gather; index is 0-D or 1-D.
-tpu_value_t take(LowerCtx &ctx, tpu_value_t x, int64_t dim, tpu_value_t index) {
-  tpu_shape_t xs = shape_of(ctx.g, x), is = shape_of(ctx.g, index);
-  if (is.rank == 0) {
-    tpu_shape_t one{1, {1}};
-    index = tpu_graph_reshape(ctx.g, index, &one);
-  }
-  if (xs.rank == 0) throw Unsupported("index_select of a scalar");
-  tpu_gather_attrs_t a{};
-  dim = wrap_dim(dim, xs.rank);
-  for (int d = 0, k = 0; d < xs.rank; d++) {
-    if (d != dim) a.offset_dims[k++] = d;
-    a.slice_sizes[d] = d == dim ? 1 : xs.dims[d];
-  }
-  a.num_offset_dims = xs.rank - 1;
-  a.num_collapsed = 1;
-  a.collapsed_slice_dims[0] = dim;
-  a.num_start_index_map = 1;
-  a.start_index_map[0] = dim;
-  a.index_vector_dim = 1;
-  a.check_bounds = true;
-  return tpu_graph_gather(ctx.g, x, index, &a);
-}
-
 void index_select(LowerCtx &ctx) {  // (self, dim, index)
-  tpu_value_t r = take(ctx, ctx.v(0), ctx.arg(1).toInt(), ctx.v(2));
+  tpu_value_t r = gather_slices(ctx.g, ctx.v(0), ctx.arg(1).toInt(), ctx.v(2));
   tpu_shape_t out = ctx.out_shape();
   ctx.results = {tpu_graph_reshape(ctx.g, r, &out)};
 }
@@ -157,7 +133,7 @@ NllSetup nll_setup(LowerCtx &ctx, size_t self_arg) {
   tpu_value_t keep = tpu_graph_compare(ctx.g, TPU_CMP_NE, t, full(ctx.g, TPU_I64, n1, ignore));
   s.target = tpu_graph_select(ctx.g, keep, t, full(ctx.g, TPU_I64, n1, 0));
   tpu_value_t w = ctx.v(self_arg + 2) != TPU_NO_VALUE
-                      ? take(ctx, convert(ctx.g, ctx.v(self_arg + 2), s.dt), 0, s.target)
+                      ? gather_slices(ctx.g, convert(ctx.g, ctx.v(self_arg + 2), s.dt), 0, s.target)
                       : full(ctx.g, s.dt, n1, 1);
   s.w = tpu_graph_select(ctx.g, keep, w, full(ctx.g, s.dt, n1, 0));
   return s;

@@ -104,6 +104,57 @@ tpu_value_t reduce_dims(tpu_graph_t *g, tpu_reduce_kind_t kind, tpu_value_t x,
   return tpu_graph_reshape(g, r, &kept);
 }
 
+tpu_value_t gather_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_t index) {
+  tpu_shape_t xs = shape_of(g, x), is = shape_of(g, index);
+  if (is.rank == 0) {
+    tpu_shape_t one{1, {1}};
+    index = tpu_graph_reshape(g, index, &one);
+  }
+  if (xs.rank == 0) throw Unsupported("index_select of a scalar");
+  tpu_gather_attrs_t a{};
+  dim = wrap_dim(dim, xs.rank);
+  for (int d = 0, k = 0; d < xs.rank; d++) {
+    if (d != dim) a.offset_dims[k++] = d;
+    a.slice_sizes[d] = d == dim ? 1 : xs.dims[d];
+  }
+  a.num_offset_dims = xs.rank - 1;
+  a.num_collapsed = 1;
+  a.collapsed_slice_dims[0] = dim;
+  a.num_start_index_map = 1;
+  a.start_index_map[0] = dim;
+  a.index_vector_dim = 1;
+  a.check_bounds = true;
+  return tpu_graph_gather(g, x, index, &a);
+}
+
+tpu_value_t scatter_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_t index,
+                           tpu_value_t updates, bool add) {
+  tpu_shape_t xs = shape_of(g, x);
+  tpu_shape_t is = shape_of(g, index);
+  tpu_scatter_attrs_t a{};
+  a.num_update_window_dims = xs.rank - 1;
+  for (int d = 0; d < xs.rank - 1; d++) a.update_window_dims[d] = d + 1;
+  a.num_inserted_window_dims = 1;
+  a.inserted_window_dims[0] = dim;
+  a.num_scatter_dims = 1;
+  a.scatter_dims_to_operand_dims[0] = dim;
+  a.index_vector_dim = is.rank;  // (L): one coordinate per update row
+  a.kind = add ? TPU_SCATTER_ADD : TPU_SCATTER_REPLACE;
+  a.check_bounds = true;
+  return tpu_graph_scatter(g, x, index, updates, &a);
+}
+
+tpu_value_t dim_first(tpu_graph_t *g, tpu_value_t v, int64_t dim) {
+  tpu_shape_t s = shape_of(g, v);
+  if (dim == 0) return v;
+  int64_t perm[TPU_MAX_RANK];
+  perm[0] = dim;
+  for (int d = 0, k = 1; d < s.rank; d++) {
+    if (d != dim) perm[k++] = d;
+  }
+  return tpu_graph_transpose(g, v, perm);
+}
+
 tpu_dtype_t compute_dtype(tpu_dtype_t t) {
   return (t == TPU_BF16 || t == TPU_F16) ? TPU_F32 : t;
 }

@@ -153,6 +153,14 @@ tpu_value_t ew2(tpu_graph_t *g, tpu_op_t op, tpu_value_t a, tpu_value_t b, tpu_d
 // Reduction over |dims| (negative dims wrap), optionally keeping them as size 1.
 tpu_value_t reduce_dims(tpu_graph_t *g, tpu_reduce_kind_t kind, tpu_value_t x,
                         c10::IntArrayRef dims, bool keepdim);
+// x.index_select(dim, index) as a bounds-checked gather; index is 0-D or 1-D.
+tpu_value_t gather_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_t index);
+// x with the slices x.select(dim, index[i]) replaced by (or, with |add|, added to)
+// updates[i]: index (L) i64, updates (L, the other dims of x in order); bounds-checked.
+tpu_value_t scatter_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_t index,
+                           tpu_value_t updates, bool add);
+// (..., L at dim, ...) -> (L, ...): moves |dim| to the front.
+tpu_value_t dim_first(tpu_graph_t *g, tpu_value_t v, int64_t dim);
 // Normalizes a possibly negative dim for a rank-|rank| tensor.
 int64_t wrap_dim(int64_t dim, int64_t rank);
 // The compute dtype for elementwise math on |t|: f32 for bf16/f16 (TPU vector units
