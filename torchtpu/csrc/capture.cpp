@@ -101,6 +101,8 @@ std::unique_ptr<Plan> build_plan(Pending &p, const std::vector<at::Tensor> &inpu
   for (const Param &q : p.params) {
     PlanParam pp;
     pp.param = q;
+    // a plan runs many times: a tensor that is not an input is read where it is then
+    pp.param.storage = c10::Storage();
     if (q.storage) {
       auto it = input_of.find(q.storage.unsafeGetStorageImpl());
       if (it != input_of.end()) {
@@ -109,7 +111,6 @@ std::unique_ptr<Plan> build_plan(Pending &p, const std::vector<at::Tensor> &inpu
         pp.delta = static_cast<const char *>(q.storage.data()) + q.byte_offset -
                    data_of(inputs[it->second]);
         pp.param.tensor = at::Tensor();
-        pp.param.storage = c10::Storage();
       }
     }
     plan->params.push_back(std::move(pp));

@@ -267,7 +267,7 @@ void bind_param(const Param &q, const std::vector<uint64_t> *rng_values, Inputs 
   } else if (q.storage) {
     in.ptrs.push_back(const_cast<char *>(static_cast<const char *>(q.storage.data())) + q.byte_offset);
   } else {
-    in.host_copies.push_back(q.tensor);  // a CPU tensor
+    if (q.tensor.device().type() == c10::DeviceType::CPU) in.host_copies.push_back(q.tensor);
     in.ptrs.push_back(const_cast<void *>(q.tensor.const_data_ptr()));
   }
 }

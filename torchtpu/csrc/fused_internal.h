@@ -29,7 +29,8 @@ struct Param {
   int rng_index = -1;
   // A tpu tensor's bytes as they were when it was read: its storage (kept alive) and byte
   // offset. They stay put when the tensor is re-pointed before the graph runs
-  // (`t.data = other`, which nn.Module.to(dtype) does to every parameter).
+  // (`t.data = other`, which nn.Module.to(dtype) does to every parameter). Empty in a
+  // compile plan's non-input parameters, which each run reads where |tensor| is then.
   c10::Storage storage;
   int64_t byte_offset = 0;
 };
