@@ -166,6 +166,16 @@ def test_a_tensor_re_pointed_before_the_graph_runs_is_read_as_recorded(fused):
     model.to(torch.bfloat16)
     for w, t in zip(want, model.parameters()):
         assert t.dtype == torch.bfloat16 and torch.equal(t.detach().cpu(), w)
+    # with swap_module_params_on_conversion, Module.to swaps each parameter with its
+    # converted copy, which torch.utils.swap_tensors refuses for a tensor referenced
+    # elsewhere: the pending graph holds a read parameter's storage, not its tensor
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model.to(torch.float32)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(False)
+    for w, t in zip(want, model.parameters()):
+        assert t.dtype == torch.float32 and torch.equal(t.detach().cpu(), w.float())
 
 
 def test_cpu_fallback_sees_recorded_values(fused):

@@ -137,11 +137,17 @@ tpu_value_t read_tensor(Pending &p, const at::Tensor &t) {
   tpu_shape_t shape = to_shape(t.sizes());
   tpu_value_t v = tpu_graph_parameter(p.g, to_tpu_dtype(t.scalar_type()), &shape,
                                       t.is_contiguous() ? nullptr : t.strides().data());
-  Param q{t, {}, 0, -1, {}, 0};
+  Param q{};
   if (t.device().type() == kTpu) {
     q.storage = t.storage();
     q.byte_offset = t.storage_offset() * static_cast<int64_t>(t.itemsize());
   }
+  // A fused graph needs only the storage. Holding the tensor too would keep its TensorImpl
+  // referenced, and torch.utils.swap_tensors (nn.Module.to with
+  // swap_module_params_on_conversion) refuses tensors referenced elsewhere. A capture keeps
+  // it: a plan reads its non-input tensors where they are at each run, and an export
+  // returns them.
+  if (!q.storage || p.capturing || p.exporting) q.tensor = t;
   p.params.push_back(std::move(q));
   p.storages[impl].reads.emplace_back(geo, v);
   p.key.push_back('p');
@@ -262,10 +268,10 @@ void bind_param(const Param &q, const std::vector<uint64_t> *rng_values, Inputs 
   if (q.rng && rng_values) {
     uint64_t x = (*rng_values)[2 * q.rng_index + (q.rng - 1)];
     in.scalar_slot(&x, sizeof x);
-  } else if (!q.tensor.defined()) {
-    in.scalar_slot(q.bytes.data(), q.bytes.size());
   } else if (q.storage) {
     in.ptrs.push_back(const_cast<char *>(static_cast<const char *>(q.storage.data())) + q.byte_offset);
+  } else if (!q.tensor.defined()) {
+    in.scalar_slot(q.bytes.data(), q.bytes.size());
   } else {
     if (q.tensor.device().type() == c10::DeviceType::CPU) in.host_copies.push_back(q.tensor);
     in.ptrs.push_back(const_cast<void *>(q.tensor.const_data_ptr()));

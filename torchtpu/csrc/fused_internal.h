@@ -23,8 +23,8 @@ using WeakStorage = c10::weak_intrusive_ptr<c10::StorageImpl>;
 
 // One parameter of the pending graph.
 struct Param {
-  at::Tensor tensor;                   // tpu tensor read at run time, or a CPU tensor
-  std::array<unsigned char, 16> bytes; // a host scalar, when tensor is undefined
+  at::Tensor tensor;                   // a CPU tensor, or a tpu tensor in a capture
+  std::array<unsigned char, 16> bytes; // a host scalar, when tensor and storage are undefined
   int rng = 0;                         // 1: seed, 2: offset of rngs[rng_index]
   int rng_index = -1;
   // A tpu tensor's bytes as they were when it was read: its storage (kept alive) and byte
