@@ -134,6 +134,9 @@ TEST(helpers_join_jobs) {
   CHECK(pool_helper_start(&h, pool) == 0);
   CHECK(tpu_pool_helpers(pool) == 1);
   for (int rep = 0; rep < 20; rep++) {
+    /* the helper leaves the pool after 1 ms without a job and comes back: wait until it is
+     * in (on a loaded machine it may not be, and the job would rightly run inline) */
+    while (tpu_pool_helpers(pool) == 0) sched_yield();
     meet_ctx m = {0};
     m.caller = pthread_self();
     tpu_pool_parallel_for_helpers(pool, 2, 1, meet, &m);
