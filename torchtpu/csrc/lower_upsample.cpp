@@ -12,7 +12,6 @@
 // at a time in the reverse order; bf16/f16 gradients accumulate in f32.
 #include <ATen/core/Tensor.h>
 
-#include <cmath>
 #include <optional>
 
 #include "native.h"
