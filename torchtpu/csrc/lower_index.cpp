@@ -30,12 +30,6 @@ tpu_value_t bin(LowerCtx &ctx, tpu_op_t op, tpu_value_t a, tpu_value_t b) {
   return tpu_graph_binary(ctx.g, op, a, b);
 }
 
-int64_t numel(const tpu_shape_t &s) {
-  int64_t n = 1;
-  for (int d = 0; d < s.rank; d++) n *= s.dims[d];
-  return n;
-}
-
 tpu_shape_t append_dim(tpu_shape_t s, int64_t n) {
   if (s.rank >= TPU_MAX_RANK) throw Unsupported("rank above 8");
   s.dims[s.rank++] = n;

@@ -201,21 +201,24 @@ void nll_loss_backward(LowerCtx &ctx) {
 tpu_value_t reduce_loss(LowerCtx &ctx, tpu_value_t loss, int64_t reduction) {
   if (reduction == 0) return loss;
   tpu_dtype_t dt = dtype_of(ctx.g, loss);
-  tpu_shape_t s = shape_of(ctx.g, loss);
+  double n = static_cast<double>(numel(shape_of(ctx.g, loss)));
   tpu_value_t sum = reduce_dims(ctx.g, TPU_REDUCE_SUM, loss, {}, false);
-  int64_t n = 1;
-  for (int i = 0; i < s.rank; i++) n *= s.dims[i];
-  return reduction == 1 ? bin(ctx, TPU_OP_DIV, sum, full(ctx.g, dt, tpu_shape_t{}, static_cast<double>(n))) : sum;
+  return reduction == 1 ? bin(ctx, TPU_OP_DIV, sum, full(ctx.g, dt, tpu_shape_t{}, n)) : sum;
+}
+
+// self - target of a loss (arguments 0 and 1), in the compute dtype; no broadcasting
+// (PyTorch warns and broadcasts: that case runs on the CPU fallback).
+tpu_value_t loss_diff(LowerCtx &ctx) {
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt), y = convert(ctx.g, ctx.v(1), dt);
+  tpu_shape_t s = shape_of(ctx.g, x), ys = shape_of(ctx.g, y);
+  if (!tpu_shape_equal(&s, &ys)) throw Unsupported("a loss with broadcasting");
+  return bin(ctx, TPU_OP_SUB, x, y);
 }
 
 // mse_loss.out(self, target, reduction): (x - y)^2, reduced (0 none, 1 mean, 2 sum).
 void mse_loss_out(LowerCtx &ctx) {
-  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
-  tpu_value_t x = convert(ctx.g, ctx.v(0), dt), y = convert(ctx.g, ctx.v(1), dt);
-  tpu_shape_t s = shape_of(ctx.g, x);
-  tpu_shape_t ys = shape_of(ctx.g, y);
-  if (!tpu_shape_equal(&s, &ys)) throw Unsupported("mse_loss with broadcasting");
-  tpu_value_t d = bin(ctx, TPU_OP_SUB, x, y);
+  tpu_value_t d = loss_diff(ctx);
   ctx.results = {reduce_loss(ctx, bin(ctx, TPU_OP_MUL, d, d), ctx.arg(2).toInt())};
 }
 
@@ -226,30 +229,15 @@ void mse_loss_backward(LowerCtx &ctx) {
   tpu_shape_t s = ctx.out_shape();
   tpu_value_t g = bcast(ctx, convert(ctx.g, ctx.v(0), dt), s);
   double scale = 2.0;
-  if (ctx.arg(3).toInt() == 1) {
-    int64_t n = 1;
-    for (int i = 0; i < s.rank; i++) n *= s.dims[i];
-    scale /= static_cast<double>(n);
-  }
+  if (ctx.arg(3).toInt() == 1) scale /= static_cast<double>(numel(s));
   tpu_value_t d = bin(ctx, TPU_OP_SUB, bcast(ctx, x, s), bcast(ctx, y, s));
   ctx.results = {bin(ctx, TPU_OP_MUL, bin(ctx, TPU_OP_MUL, d, g), full(ctx.g, dt, s, scale))};
-}
-
-// |x - y| of a loss's (self, target), in the compute dtype; no broadcasting (PyTorch warns
-// and broadcasts: that case runs on the CPU fallback).
-tpu_value_t loss_abs_diff(LowerCtx &ctx, tpu_value_t *diff) {
-  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
-  tpu_value_t x = convert(ctx.g, ctx.v(0), dt), y = convert(ctx.g, ctx.v(1), dt);
-  tpu_shape_t s = shape_of(ctx.g, x), ys = shape_of(ctx.g, y);
-  if (!tpu_shape_equal(&s, &ys)) throw Unsupported("loss with broadcasting");
-  *diff = bin(ctx, TPU_OP_SUB, x, y);
-  return tpu_graph_unary(ctx.g, TPU_OP_ABS, *diff);
 }
 
 // smooth_l1_loss.out(self, target, reduction, beta): z = |x - y|;
 // z < beta ? 0.5 z^2 / beta : z - 0.5 beta (beta = 0: z).
 void smooth_l1_loss_out(LowerCtx &ctx) {
-  tpu_value_t d, z = loss_abs_diff(ctx, &d);
+  tpu_value_t z = tpu_graph_unary(ctx.g, TPU_OP_ABS, loss_diff(ctx));
   tpu_dtype_t dt = dtype_of(ctx.g, z);
   tpu_shape_t s = shape_of(ctx.g, z);
   double beta = ctx.arg(3).toDouble();
@@ -265,7 +253,7 @@ void smooth_l1_loss_out(LowerCtx &ctx) {
 
 // huber_loss.out(self, target, reduction, delta): z < delta ? 0.5 z^2 : delta (z - 0.5 delta).
 void huber_loss_out(LowerCtx &ctx) {
-  tpu_value_t d, z = loss_abs_diff(ctx, &d);
+  tpu_value_t z = tpu_graph_unary(ctx.g, TPU_OP_ABS, loss_diff(ctx));
   tpu_dtype_t dt = dtype_of(ctx.g, z);
   tpu_shape_t s = shape_of(ctx.g, z);
   double delta = ctx.arg(3).toDouble();
@@ -290,9 +278,7 @@ LossGrad loss_grad(LowerCtx &ctx) {
   r.x = bin(ctx, TPU_OP_SUB, bcast(ctx, convert(ctx.g, ctx.v(1), r.dt), r.s), bcast(ctx, convert(ctx.g, ctx.v(2), r.dt), r.s));
   r.g = bcast(ctx, convert(ctx.g, ctx.v(0), r.dt), r.s);
   if (ctx.arg(3).toInt() == 1) {
-    int64_t n = 1;
-    for (int i = 0; i < r.s.rank; i++) n *= r.s.dims[i];
-    r.g = bin(ctx, TPU_OP_MUL, full(ctx.g, r.dt, r.s, 1.0 / static_cast<double>(n)), r.g);
+    r.g = bin(ctx, TPU_OP_MUL, full(ctx.g, r.dt, r.s, 1.0 / static_cast<double>(numel(r.s))), r.g);
   }
   return r;
 }

@@ -22,11 +22,8 @@ bool bool_arg(const LowerCtx &ctx, size_t i) { return ctx.arg(i).toBool(); }
 
 int64_t count_of(const tpu_shape_t &s, const std::vector<int64_t> &dims) {
   int64_t n = 1;
-  if (dims.empty()) {
-    for (int d = 0; d < s.rank; d++) n *= s.dims[d];
-  } else {
-    for (int64_t d : dims) n *= s.rank ? s.dims[wrap_dim(d, s.rank)] : 1;
-  }
+  if (dims.empty()) return numel(s);
+  for (int64_t d : dims) n *= s.rank ? s.dims[wrap_dim(d, s.rank)] : 1;
   return n;
 }
 
@@ -80,10 +77,7 @@ void arg_extreme(LowerCtx &ctx, tpu_reduce_kind_t kind) {
     return;
   }
   if (ctx.arg(1).isNone()) {
-    tpu_shape_t s = shape_of(ctx.g, x);
-    int64_t n = 1;
-    for (int d = 0; d < s.rank; d++) n *= s.dims[d];
-    tpu_shape_t flat{1, {n}};
+    tpu_shape_t flat{1, {numel(shape_of(ctx.g, x))}};
     tpu_value_t r = reduce_dims(ctx.g, kind, tpu_graph_reshape(ctx.g, x, &flat), {0}, false);
     if (keep) {
       tpu_shape_t ones = ctx.out_shape();

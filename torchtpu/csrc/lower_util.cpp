@@ -104,6 +104,12 @@ tpu_value_t reduce_dims(tpu_graph_t *g, tpu_reduce_kind_t kind, tpu_value_t x,
   return tpu_graph_reshape(g, r, &kept);
 }
 
+int64_t numel(const tpu_shape_t &s) {
+  int64_t n = 1;
+  for (int d = 0; d < s.rank; d++) n *= s.dims[d];
+  return n;
+}
+
 tpu_value_t gather_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_t index) {
   tpu_shape_t xs = shape_of(g, x), is = shape_of(g, index);
   if (is.rank == 0) {

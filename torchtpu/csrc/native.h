@@ -153,6 +153,8 @@ tpu_value_t ew2(tpu_graph_t *g, tpu_op_t op, tpu_value_t a, tpu_value_t b, tpu_d
 // Reduction over |dims| (negative dims wrap), optionally keeping them as size 1.
 tpu_value_t reduce_dims(tpu_graph_t *g, tpu_reduce_kind_t kind, tpu_value_t x,
                         c10::IntArrayRef dims, bool keepdim);
+// The number of elements of |s| (1 for a scalar).
+int64_t numel(const tpu_shape_t &s);
 // x.index_select(dim, index) as a bounds-checked gather; index is 0-D or 1-D.
 tpu_value_t gather_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_t index);
 // x with the slices x.select(dim, index[i]) replaced by (or, with |add|, added to)
