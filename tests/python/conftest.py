@@ -166,3 +166,30 @@ def no_fallback(fn):
     stats = torchtpu.fallback_stats()
     assert not stats, f"ran through the CPU fallback: {stats}"
     return out
+
+
+def compare_with_cpu(fn, *args, rtol=1e-5, atol=1e-5, grad=True, nograd=()):
+    """fn on CPU and on tpu (natively, no fallback): results agree in dtype, shape and value
+    within rtol/atol, and so do the gradients of the float tensor arguments (except the
+    positions in nograd) for a random cotangent (the same in every run)."""
+    def prepare(convert):
+        return [convert(a.detach().clone()).requires_grad_(grad and a.is_floating_point() and i not in nograd)
+                if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+    cpu_args, tpu_args = prepare(lambda t: t), prepare(tpu)
+    want = fn(*cpu_args)
+    got = no_fallback(lambda: fn(*tpu_args))
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    for w, g in zip(want, got):
+        assert g.device.type == "tpu" and g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g.detach().cpu(), w.detach(), rtol=rtol, atol=atol, equal_nan=True)
+    pairs = [(w, g) for w, g in zip(want, got) if w.requires_grad]
+    if not grad or not pairs:
+        return
+    seeded = torch.Generator().manual_seed(0)
+    cots = [torch.randn(w.shape, generator=seeded).to(w.dtype) for w, _ in pairs]
+    torch.autograd.backward([w for w, _ in pairs], cots)
+    no_fallback(lambda: torch.autograd.backward([g for _, g in pairs], [tpu(c) for c in cots]))
+    for a, b in zip(cpu_args, tpu_args):
+        if isinstance(a, torch.Tensor) and a.grad is not None:
+            torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=rtol, atol=atol, equal_nan=True)

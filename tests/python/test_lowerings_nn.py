@@ -25,35 +25,10 @@ import torch.nn.functional as F
 
 import torchtpu
 
-from conftest import no_fallback, run_json, tpu
+from conftest import compare_with_cpu as compare, no_fallback, run_json, tpu
 
 # padding="same" with an even kernel pads asymmetrically (PyTorch warns that it copies)
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
-
-
-def compare(fn, *args, rtol=1e-5, atol=1e-5, grad=True, nograd=()):
-    """fn on CPU and on tpu (natively); results and the gradients of the float arguments
-    (for a random cotangent) agree within rtol/atol."""
-    def prepare(convert):
-        return [convert(a.detach().clone()).requires_grad_(grad and a.is_floating_point() and i not in nograd)
-                if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
-    cpu_args, tpu_args = prepare(lambda t: t), prepare(tpu)
-    want = fn(*cpu_args)
-    got = no_fallback(lambda: fn(*tpu_args))
-    want = list(want) if isinstance(want, (tuple, list)) else [want]
-    got = list(got) if isinstance(got, (tuple, list)) else [got]
-    for w, g in zip(want, got):
-        assert g.device.type == "tpu"
-        torch.testing.assert_close(g.detach().cpu(), w.detach(), rtol=rtol, atol=atol, equal_nan=True)
-    if not grad:
-        return
-    pairs = [(w, g) for w, g in zip(want, got) if w.requires_grad]
-    cots = [torch.randn_like(w) for w, _ in pairs]
-    torch.autograd.backward([w for w, _ in pairs], cots)
-    no_fallback(lambda: torch.autograd.backward([g for _, g in pairs], [tpu(c) for c in cots]))
-    for a, b in zip(cpu_args, tpu_args):
-        if isinstance(a, torch.Tensor) and a.grad is not None:
-            torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=rtol, atol=atol)
 
 
 @pytest.fixture

@@ -20,8 +20,20 @@ SUBSET = {
     "cat", "stack", "tril", "triu", "index_select", "transpose", "reshape", "view",
     "nn.functional.embedding", "masked_fill", "xlogy", "sgn", "nn.functional.huber_loss",
     "nn.functional.smooth_l1_loss", "nn.functional.l1_loss",
+    "nn.functional.elu", "nn.functional.selu", "nn.functional.celu", "nn.functional.glu",
+    "nn.functional.hardtanh", "nn.functional.relu6", "nn.functional.hardswish",
+    "nn.functional.hardsigmoid", "nn.functional.mish", "nn.functional.softshrink",
+    "nn.functional.hardshrink", "nn.functional.threshold", "logit", "tan", "atan", "asin",
+    "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "sinc", "exp2", "log10", "logaddexp",
+    "logaddexp2", "signbit", "copysign", "nan_to_num", "frac", "fmax", "fmin", "heaviside",
+    "hypot",
 }
-OPS = [op for op in op_db if op.name in SUBSET and op.variant_test_name == ""]
+# ops whose named variants are in the subset too: (name, variant_test_name)
+VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
+            ("nn.functional.pad", "replicate_negative"),
+            ("round", "decimals_3"), ("round", "decimals_neg_3")}
+OPS = [op for op in op_db
+       if (op.name in SUBSET and op.variant_test_name == "") or (op.name, op.variant_test_name) in VARIANTS]
 
 
 class TestTpuOpInfo(TestCase):

@@ -11,7 +11,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/result_type.h>
 
-#include "native.h"
+#include "lower_ew.h"
 
 namespace torchtpu {
 namespace {
@@ -20,11 +20,6 @@ tpu_value_t bin(LowerCtx &ctx, tpu_op_t op, tpu_value_t a, tpu_value_t b) {
   return tpu_graph_binary(ctx.g, op, a, b);
 }
 tpu_value_t un(LowerCtx &ctx, tpu_op_t op, tpu_value_t a) { return tpu_graph_unary(ctx.g, op, a); }
-
-// Argument |i| (tensor or runtime Scalar) in |dt| broadcast to |shape|.
-tpu_value_t operand(LowerCtx &ctx, size_t i, tpu_dtype_t dt, const tpu_shape_t &shape) {
-  return broadcast_to(ctx.g, convert(ctx.g, ctx.v(i), dt), shape);
-}
 
 // ---- isin -------------------------------------------------------------------------------
 

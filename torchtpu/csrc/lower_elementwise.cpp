@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-#include "native.h"
+#include "lower_ew.h"
 
 namespace torchtpu {
 namespace {
@@ -22,31 +22,9 @@ at::ScalarType common_type(const LowerCtx &ctx, size_t a, size_t b) {
   return at::result_type(x.toTensor(), y.toTensor());
 }
 
-// Operand |i| (tensor or Scalar) in |dtype| broadcast to |shape|.
-tpu_value_t operand(LowerCtx &ctx, size_t i, tpu_dtype_t dtype, const tpu_shape_t &shape) {
-  return broadcast_to(ctx.g, convert(ctx.g, ctx.v(i), dtype), shape);
-}
-
-struct Binary {
-  tpu_graph_t *g;
-  tpu_dtype_t dt;     // compute dtype
-  tpu_shape_t shape;  // result shape
-  tpu_value_t op(tpu_op_t o, tpu_value_t a, tpu_value_t b) const {
-    return tpu_graph_binary(g, o, a, b);
-  }
-  tpu_value_t k(double c) const { return full(g, dt, shape, c); }
-  tpu_value_t cmp(tpu_compare_dir_t d, tpu_value_t a, tpu_value_t b) const {
-    return tpu_graph_compare(g, d, a, b);
-  }
-  tpu_value_t sel(tpu_value_t p, tpu_value_t a, tpu_value_t b) const {
-    return tpu_graph_select(g, p, a, b);
-  }
-  tpu_value_t un(tpu_op_t o, tpu_value_t a) const { return tpu_graph_unary(g, o, a); }
-};
-
 // Sets up a binary op of args a and b: compute dtype from promotion, result shape.
-Binary binary_setup(LowerCtx &ctx, size_t a, size_t b, tpu_value_t *x, tpu_value_t *y) {
-  Binary B{ctx.g, compute_dtype(to_tpu_dtype(common_type(ctx, a, b))), ctx.out_shape(), };
+Ew binary_setup(LowerCtx &ctx, size_t a, size_t b, tpu_value_t *x, tpu_value_t *y) {
+  Ew B{ctx.g, compute_dtype(to_tpu_dtype(common_type(ctx, a, b))), ctx.out_shape(), };
   *x = operand(ctx, a, B.dt, B.shape);
   *y = operand(ctx, b, B.dt, B.shape);
   return B;
@@ -56,7 +34,7 @@ Binary binary_setup(LowerCtx &ctx, size_t a, size_t b, tpu_value_t *x, tpu_value
 
 void lower_add(LowerCtx &ctx, bool subtract) {  // self (+|-) alpha * other
   tpu_value_t x, y;
-  Binary B = binary_setup(ctx, 0, 1, &x, &y);
+  Ew B = binary_setup(ctx, 0, 1, &x, &y);
   tpu_value_t alpha = operand(ctx, 2, B.dt, B.shape);
   tpu_value_t scaled = B.op(TPU_OP_MUL, y, alpha);
   ctx.results = {B.op(subtract ? TPU_OP_SUB : TPU_OP_ADD, x, scaled)};
@@ -64,7 +42,7 @@ void lower_add(LowerCtx &ctx, bool subtract) {  // self (+|-) alpha * other
 void add_out(LowerCtx &ctx) { lower_add(ctx, false); }
 void rsub(LowerCtx &ctx) {  // other - alpha * self
   tpu_value_t x, y;
-  Binary B = binary_setup(ctx, 0, 1, &x, &y);
+  Ew B = binary_setup(ctx, 0, 1, &x, &y);
   tpu_value_t alpha = operand(ctx, 2, B.dt, B.shape);
   ctx.results = {B.op(TPU_OP_SUB, y, B.op(TPU_OP_MUL, x, alpha))};
 }
@@ -72,7 +50,7 @@ void sub_out(LowerCtx &ctx) { lower_add(ctx, true); }
 
 void binary_simple(LowerCtx &ctx, tpu_op_t op) {
   tpu_value_t x, y;
-  Binary B = binary_setup(ctx, 0, 1, &x, &y);
+  Ew B = binary_setup(ctx, 0, 1, &x, &y);
   ctx.results = {B.op(op, x, y)};
 }
 void mul_out(LowerCtx &ctx) { binary_simple(ctx, TPU_OP_MUL); }
@@ -86,7 +64,7 @@ void bitwise_xor_out(LowerCtx &ctx) { binary_simple(ctx, TPU_OP_XOR); }
 
 // pow: float results come from the output dtype (int ** negative float -> float).
 void pow_out(LowerCtx &ctx) {
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t x = operand(ctx, 0, B.dt, B.shape), y = operand(ctx, 1, B.dt, B.shape);
   ctx.results = {B.op(TPU_OP_POW, x, y)};
 }
@@ -94,7 +72,7 @@ void pow_out(LowerCtx &ctx) {
 // xlogy(x, y) = x * log(y), 0 where x == 0, NaN where y is NaN (PyTorch's definition);
 // the result is float even for integer operands.
 void xlogy_out(LowerCtx &ctx) {
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t x = operand(ctx, 0, B.dt, B.shape), y = operand(ctx, 1, B.dt, B.shape);
   tpu_value_t r = B.sel(B.cmp(TPU_CMP_EQ, x, B.k(0)), B.k(0), B.op(TPU_OP_MUL, x, B.un(TPU_OP_LOG, y)));
   ctx.results = {B.sel(B.cmp(TPU_CMP_NE, y, y), y, r)};
@@ -103,7 +81,7 @@ void xlogy_out(LowerCtx &ctx) {
 // Python-style remainder: the sign follows the divisor.
 void remainder_out(LowerCtx &ctx) {
   tpu_value_t x, y;
-  Binary B = binary_setup(ctx, 0, 1, &x, &y);
+  Ew B = binary_setup(ctx, 0, 1, &x, &y);
   tpu_value_t r = B.op(TPU_OP_REM, x, y);
   tpu_value_t zero = B.k(0);
   tpu_value_t fix = B.op(TPU_OP_AND, B.cmp(TPU_CMP_NE, r, zero),
@@ -112,7 +90,7 @@ void remainder_out(LowerCtx &ctx) {
 }
 
 // Floor division as PyTorch defines it for floats and ints.
-tpu_value_t floor_divide(const Binary &B, tpu_value_t x, tpu_value_t y) {
+tpu_value_t floor_divide(const Ew &B, tpu_value_t x, tpu_value_t y) {
   if (tpu_dtype_is_float(B.dt)) return B.un(TPU_OP_FLOOR, B.op(TPU_OP_DIV, x, y));
   tpu_value_t q = B.op(TPU_OP_DIV, x, y);  // truncating
   tpu_value_t zero = B.k(0);
@@ -125,7 +103,7 @@ void div_out(LowerCtx &ctx) {  // true division, or rounding_mode "trunc"/"floor
   std::string mode;
   if (ctx.args->size() > 3 && ctx.arg(2).isString()) mode = ctx.arg(2).toStringRef();
   tpu_value_t x, y;
-  Binary B = binary_setup(ctx, 0, 1, &x, &y);
+  Ew B = binary_setup(ctx, 0, 1, &x, &y);
   if (mode.empty()) {
     B.dt = compute_dtype(ctx.out_dtype());  // int / int -> float
     x = operand(ctx, 0, B.dt, B.shape);
@@ -144,13 +122,13 @@ void div_out(LowerCtx &ctx) {  // true division, or rounding_mode "trunc"/"floor
 
 void floor_divide(LowerCtx &ctx) {
   tpu_value_t x, y;
-  Binary B = binary_setup(ctx, 0, 1, &x, &y);
+  Ew B = binary_setup(ctx, 0, 1, &x, &y);
   ctx.results = {floor_divide(B, x, y)};
 }
 
 // self + value * t1 (*|/) t2
 void addc(LowerCtx &ctx, tpu_op_t op) {
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t s = operand(ctx, 0, B.dt, B.shape), a = operand(ctx, 1, B.dt, B.shape),
               b = operand(ctx, 2, B.dt, B.shape), v = operand(ctx, 3, B.dt, B.shape);
   ctx.results = {B.op(TPU_OP_ADD, s, B.op(TPU_OP_MUL, v, B.op(op, a, b)))};
@@ -160,7 +138,7 @@ void addcdiv_out(LowerCtx &ctx) { addc(ctx, TPU_OP_DIV); }
 
 // lerp as PyTorch computes it: weight < 0.5 ? self + w (end - self) : end - (end - self)(1 - w)
 void lerp_out(LowerCtx &ctx) {
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t s = operand(ctx, 0, B.dt, B.shape), e = operand(ctx, 1, B.dt, B.shape),
               w = operand(ctx, 2, B.dt, B.shape);
   tpu_value_t diff = B.op(TPU_OP_SUB, e, s);
@@ -174,7 +152,7 @@ void lerp_out(LowerCtx &ctx) {
 
 void compare(LowerCtx &ctx, tpu_compare_dir_t dir) {
   tpu_value_t x, y;
-  Binary B = binary_setup(ctx, 0, 1, &x, &y);
+  Ew B = binary_setup(ctx, 0, 1, &x, &y);
   ctx.results = {B.cmp(dir, x, y)};
 }
 void eq_out(LowerCtx &ctx) { compare(ctx, TPU_CMP_EQ); }
@@ -210,7 +188,7 @@ void where_self(LowerCtx &ctx) {  // where(condition, self, other)
 // clamp(self, min=None, max=None) with Scalar or Tensor bounds. A NaN in self or in a
 // bound gives NaN, as in PyTorch (x < NaN is false, so the NaN bound is selected explicitly).
 void clamp_impl(LowerCtx &ctx, int min_arg, int max_arg) {
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t x = operand(ctx, 0, B.dt, B.shape);
   if (min_arg >= 0 && ctx.v(min_arg) != TPU_NO_VALUE) {
     tpu_value_t lo = operand(ctx, min_arg, B.dt, B.shape);
@@ -231,32 +209,32 @@ void clamp_max_out(LowerCtx &ctx) { clamp_impl(ctx, -1, 1); }
 // ---- unary math ----------------------------------------------------------------------------
 
 // Unary op computed in the output dtype's compute type.
-tpu_value_t unary_input(LowerCtx &ctx, Binary *B) {
-  *B = Binary{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+tpu_value_t unary_input(LowerCtx &ctx, Ew *B) {
+  *B = ew_for_result(ctx);
   return operand(ctx, 0, B->dt, B->shape);
 }
 
 template <tpu_op_t OP>
 void unary_out(LowerCtx &ctx) {
-  Binary B;
+  Ew B;
   tpu_value_t x = unary_input(ctx, &B);
   ctx.results = {B.un(OP, x)};
 }
 
 void reciprocal_out(LowerCtx &ctx) {
-  Binary B;
+  Ew B;
   tpu_value_t x = unary_input(ctx, &B);
   ctx.results = {B.op(TPU_OP_DIV, B.k(1), x)};
 }
 
 void log2_out(LowerCtx &ctx) {
-  Binary B;
+  Ew B;
   tpu_value_t x = unary_input(ctx, &B);
   ctx.results = {B.op(TPU_OP_MUL, B.un(TPU_OP_LOG, x), B.k(1.0 / std::log(2.0)))};
 }
 
 void trunc_out(LowerCtx &ctx) {
-  Binary B;
+  Ew B;
   tpu_value_t x = unary_input(ctx, &B);
   if (!tpu_dtype_is_float(B.dt)) {
     ctx.results = {x};
@@ -266,7 +244,7 @@ void trunc_out(LowerCtx &ctx) {
 }
 
 void round_out(LowerCtx &ctx) {  // round half to even, as torch.round (decimals=0)
-  Binary B;
+  Ew B;
   tpu_value_t x = unary_input(ctx, &B);
   ctx.results = {tpu_dtype_is_float(B.dt) ? B.un(TPU_OP_ROUND_EVEN, x) : x};
 }
@@ -308,7 +286,7 @@ bool gelu_tanh(const LowerCtx &ctx, size_t arg) {
 }
 
 void gelu_out(LowerCtx &ctx) {
-  Binary B;
+  Ew B;
   tpu_value_t x = unary_input(ctx, &B);
   tpu_value_t half_x = B.op(TPU_OP_MUL, x, B.k(0.5));
   tpu_value_t inner;
@@ -324,7 +302,7 @@ void gelu_out(LowerCtx &ctx) {
 }
 
 void gelu_backward_out(LowerCtx &ctx) {  // (grad_output, self, approximate, grad_input)
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t dy = operand(ctx, 0, B.dt, B.shape), x = operand(ctx, 1, B.dt, B.shape);
   tpu_value_t d;
   if (gelu_tanh(ctx, 2)) {
@@ -349,20 +327,20 @@ void gelu_backward_out(LowerCtx &ctx) {  // (grad_output, self, approximate, gra
 }
 
 void relu(LowerCtx &ctx) {
-  Binary B;
+  Ew B;
   tpu_value_t x = unary_input(ctx, &B);
   tpu_value_t zero = B.k(0);
   ctx.results = {B.sel(B.cmp(TPU_CMP_GT, x, zero), x, B.sel(B.cmp(TPU_CMP_NE, x, x), x, zero))};
 }
 
 void silu_out(LowerCtx &ctx) {
-  Binary B;
+  Ew B;
   tpu_value_t x = unary_input(ctx, &B);
   ctx.results = {B.op(TPU_OP_MUL, x, B.un(TPU_OP_LOGISTIC, x))};
 }
 
 void silu_backward_out(LowerCtx &ctx) {  // dy * s (1 + x (1 - s))
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t dy = operand(ctx, 0, B.dt, B.shape), x = operand(ctx, 1, B.dt, B.shape);
   tpu_value_t s = B.un(TPU_OP_LOGISTIC, x);
   tpu_value_t d = B.op(TPU_OP_MUL, s,
@@ -371,33 +349,33 @@ void silu_backward_out(LowerCtx &ctx) {  // dy * s (1 + x (1 - s))
 }
 
 void sigmoid_backward_out(LowerCtx &ctx) {  // dy * y (1 - y)
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t dy = operand(ctx, 0, B.dt, B.shape), y = operand(ctx, 1, B.dt, B.shape);
   ctx.results = {B.op(TPU_OP_MUL, dy, B.op(TPU_OP_MUL, y, B.op(TPU_OP_SUB, B.k(1), y)))};
 }
 
 void tanh_backward_out(LowerCtx &ctx) {  // dy * (1 - y^2)
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t dy = operand(ctx, 0, B.dt, B.shape), y = operand(ctx, 1, B.dt, B.shape);
   ctx.results = {B.op(TPU_OP_MUL, dy, B.op(TPU_OP_SUB, B.k(1), B.op(TPU_OP_MUL, y, y)))};
 }
 
 void threshold_backward_out(LowerCtx &ctx) {  // (grad_output, self, threshold)
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t dy = operand(ctx, 0, B.dt, B.shape), x = operand(ctx, 1, B.dt, B.shape);
   tpu_value_t t = operand(ctx, 2, B.dt, B.shape);
   ctx.results = {B.sel(B.cmp(TPU_CMP_LE, x, t), B.k(0), dy)};
 }
 
 void leaky_relu_out(LowerCtx &ctx) {  // (self, negative_slope)
-  Binary B;
+  Ew B;
   tpu_value_t x = unary_input(ctx, &B);
   tpu_value_t slope = operand(ctx, 1, B.dt, B.shape);
   ctx.results = {B.sel(B.cmp(TPU_CMP_GT, x, B.k(0)), x, B.op(TPU_OP_MUL, x, slope))};
 }
 
 void leaky_relu_backward_out(LowerCtx &ctx) {  // (grad_output, self, slope, self_is_result)
-  Binary B{ctx.g, compute_dtype(ctx.out_dtype()), ctx.out_shape()};
+  Ew B = ew_for_result(ctx);
   tpu_value_t dy = operand(ctx, 0, B.dt, B.shape), x = operand(ctx, 1, B.dt, B.shape);
   tpu_value_t slope = operand(ctx, 2, B.dt, B.shape);
   ctx.results = {B.sel(B.cmp(TPU_CMP_GT, x, B.k(0)), dy, B.op(TPU_OP_MUL, dy, slope))};

@@ -1,0 +1,44 @@
+// lower_ew.h: a small builder for elementwise lowerings (lower_elementwise.cpp,
+// lower_activation.cpp, lower_math.cpp, lower_compat.cpp): operands converted to one compute
+// dtype and broadcast to the result shape, and short names for the IR's elementwise ops.
+#pragma once
+
+#include "native.h"
+
+namespace torchtpu {
+
+// Argument |i| (tensor or run-time Scalar) in |dtype| broadcast to |shape|.
+inline tpu_value_t operand(LowerCtx &ctx, size_t i, tpu_dtype_t dtype, const tpu_shape_t &shape) {
+  return broadcast_to(ctx.g, convert(ctx.g, ctx.v(i), dtype), shape);
+}
+
+// Elementwise graph building in one compute dtype |dt| over one result |shape|.
+struct Ew {
+  tpu_graph_t *g;
+  tpu_dtype_t dt;
+  tpu_shape_t shape;
+
+  tpu_value_t op(tpu_op_t o, tpu_value_t a, tpu_value_t b) const {
+    return tpu_graph_binary(g, o, a, b);
+  }
+  tpu_value_t un(tpu_op_t o, tpu_value_t a) const { return tpu_graph_unary(g, o, a); }
+  tpu_value_t k(double c) const { return full(g, dt, shape, c); }  // a constant
+  tpu_value_t cmp(tpu_compare_dir_t d, tpu_value_t a, tpu_value_t b) const {
+    return tpu_graph_compare(g, d, a, b);
+  }
+  tpu_value_t sel(tpu_value_t p, tpu_value_t a, tpu_value_t b) const {
+    return tpu_graph_select(g, p, a, b);
+  }
+  tpu_value_t add(tpu_value_t a, tpu_value_t b) const { return op(TPU_OP_ADD, a, b); }
+  tpu_value_t sub(tpu_value_t a, tpu_value_t b) const { return op(TPU_OP_SUB, a, b); }
+  tpu_value_t mul(tpu_value_t a, tpu_value_t b) const { return op(TPU_OP_MUL, a, b); }
+  tpu_value_t div(tpu_value_t a, tpu_value_t b) const { return op(TPU_OP_DIV, a, b); }
+  tpu_value_t isnan(tpu_value_t a) const { return cmp(TPU_CMP_NE, a, a); }
+};
+
+// The builder for result |i| of |ctx|: its compute dtype (f32 for bf16/f16) and shape.
+inline Ew ew_for_result(const LowerCtx &ctx, size_t i = 0) {
+  return Ew{ctx.g, compute_dtype(ctx.out_dtype(i)), ctx.out_shape(i)};
+}
+
+}  // namespace torchtpu
