@@ -129,3 +129,22 @@ def test_inplace_forms():
         return y.frac_() if not y.requires_grad else y
     compare_with_cpu(fn, inputs(-2, 2, []), rtol=4e-6, atol=1e-7)
     compare_with_cpu(fn, inputs(-2, 2, []), rtol=4e-6, atol=1e-7, grad=False)
+
+
+def test_erfinv():
+    y = inputs(-1, 1, [0.0, -0.0, 1.0, -1.0, 1.5, -2.0, float("nan"), 0.9999999, -0.9999999, 1e-30,
+                       0.5, 0.99, 0.999999, -1e-7])
+    # the gradient is exp(erfinv(y)^2) sqrt(pi) / 2: an ulp in erfinv(y) ~ 3 is 2e-5 in it
+    compare_with_cpu(torch.erfinv, y, rtol=2e-5, atol=1e-30)
+    compare_with_cpu(torch.erfinv, y, rtol=4e-6, atol=1e-30, grad=False)
+    # near +-1 erfinv is ill-conditioned (erf' ~ 1e-6 at 3.7): both refine with Newton steps
+    # on erf, whose last-bit error becomes 1e-11 relative there
+    compare_with_cpu(torch.erfinv, y.double(), rtol=1e-10, atol=1e-300, grad=False)
+    compare_with_cpu(torch.erfinv, y.bfloat16(), rtol=8e-3, atol=1e-30, grad=False)
+
+
+def test_trunc_normal_init_runs_on_the_device():
+    # nn.init.trunc_normal_ (ViT and friends) draws uniforms and maps them through erfinv_
+    w = torch.empty(64, 64, device="tpu")
+    no_fallback(lambda: torch.nn.init.trunc_normal_(w, std=0.02, a=-0.04, b=0.04))
+    assert w.abs().max().item() <= 0.04 and 0.01 < w.std().item() < 0.02

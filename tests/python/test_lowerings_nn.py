@@ -267,6 +267,9 @@ def upsample_cases():
             for ac in (False, True):
                 yield pytest.param(shape, LINEAR[k], kw, dict(align_corners=ac),
                                    id=f"{k}d-{LINEAR[k]}-{size}-align{int(ac)}")
+                if k == 2:
+                    yield pytest.param(shape, "bicubic", kw, dict(align_corners=ac),
+                                       id=f"2d-bicubic-{size}-align{int(ac)}")
 
 
 @pytest.mark.parametrize("shape,mode,size,extra", upsample_cases())
@@ -288,6 +291,14 @@ def test_upsample_nearest_is_exact_for_images_and_bf16():
                        F.interpolate(u8, scale_factor=3))
     xb = x.bfloat16().to(memory_format=torch.channels_last)
     compare(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), xb, rtol=2e-2, atol=2e-2)
+    compare(lambda x: F.interpolate(x, scale_factor=2, mode="bicubic"), xb, rtol=2e-2, atol=3e-2)
+
+
+def test_bicubic_resize_of_position_embeddings():
+    # timm's resample_abs_pos_embed: a (1, D, 14, 14) grid to (1, D, 16, 16), and back down
+    pos = torch.randn(1, 32, 14, 14, generator=torch.Generator().manual_seed(5))
+    compare(lambda p: F.interpolate(p, size=(16, 16), mode="bicubic", align_corners=False), pos)
+    compare(lambda p: F.interpolate(p, size=(7, 9), mode="bicubic", antialias=False), pos)
 
 
 # ---- losses -------------------------------------------------------------------------------------
@@ -434,3 +445,49 @@ def test_random_numbers_are_the_same_in_debug_mode():
     strict = run_json(code)
     debug = run_json(code, {"TORCHTPU_EAGER": "debug"})
     assert strict == debug
+
+
+@pytest.mark.parametrize("weight,ignore_index,reduction", [
+    (False, -100, "mean"), (True, -100, "mean"), (False, 1, "mean"), (True, 2, "sum"), (True, 0, "none"),
+])
+def test_cross_entropy_over_images(weight, ignore_index, reduction):
+    # (B, C, H, W) logits against (B, H, W) labels: nll_loss2d, as in semantic segmentation
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 4, 3, 5, generator=gen)
+    target = torch.randint(0, 4, (2, 3, 5), generator=gen)
+    w = torch.rand(4, generator=gen) if weight else None
+    compare(lambda t, y, ww: F.cross_entropy(t, y, weight=ww, ignore_index=ignore_index, reduction=reduction),
+            x, target, w, rtol=1e-5, atol=1e-6, nograd=(2,))
+    compare(lambda t, y: F.nll_loss(t.log_softmax(1), y, reduction=reduction), x[:, :, :, :1].squeeze(-1),
+            target[:, :, 0], rtol=1e-5, atol=1e-6)  # the (B, C, L) form
+
+
+def test_cross_entropy_over_volumes_and_bf16():
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 2, 3, 4, generator=gen)  # (B, C, D, H, W): PyTorch reshapes to 2-D
+    target = torch.randint(0, 3, (2, 2, 3, 4), generator=gen)
+    compare(F.cross_entropy, x, target, rtol=1e-5, atol=1e-6)
+    compare(F.cross_entropy, x[:, :, 0].bfloat16(), target[:, 0], rtol=2e-2, atol=2e-2)
+
+
+def test_eye():
+    for args in ((3,), (2, 5), (4, 1), (0,), (3, 0)):
+        for dtype in (torch.float32, torch.int64, torch.bool, torch.bfloat16):
+            got = no_fallback(lambda: torch.eye(*args, dtype=dtype, device="tpu"))
+            assert got.dtype == dtype and torch.equal(got.cpu(), torch.eye(*args, dtype=dtype)), (args, dtype)
+    with pytest.raises(RuntimeError, match="n must be greater or equal to 0, got -1"):
+        torch.eye(-1, device="tpu")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_linspace_and_logspace(dtype):
+    for start, end, steps in ((0, 1, 5), (-3.5, 7.25, 11), (2, -2, 4), (1.5, 1.5, 3), (0, 10, 1), (0, 1, 0)):
+        if dtype == torch.int64 and (start != int(start) or end != int(end)):
+            continue
+        # the CPU kernel's start + step * i compiles to a fused multiply-add: an ulp apart
+        got = no_fallback(lambda: torch.linspace(start, end, steps, dtype=dtype, device="tpu"))
+        torch.testing.assert_close(got.cpu(), torch.linspace(start, end, steps, dtype=dtype), rtol=1e-6, atol=1e-6)
+        if dtype != torch.int64:
+            got = no_fallback(lambda: torch.logspace(start, end, steps, base=2.0, dtype=dtype, device="tpu"))
+            torch.testing.assert_close(got.cpu(), torch.logspace(start, end, steps, base=2.0, dtype=dtype),
+                                       rtol=1e-6, atol=0)

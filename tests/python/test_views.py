@@ -7,7 +7,7 @@
 import pytest
 import torch
 
-from conftest import storage_ptr
+from conftest import no_fallback, storage_ptr
 
 TPU0 = torch.device("tpu", 0)
 
@@ -64,6 +64,13 @@ def pair(name):
     bc = make()
     bt = bc.to("tpu")
     return bc, bt, fn
+
+
+@pytest.mark.parametrize("name", [n for n, (make, _, _) in VIEWS.items() if make is not basec])
+def test_view_is_made_on_the_device(name):
+    make, fn, _ = VIEWS[name]
+    base = make().to("tpu")
+    no_fallback(lambda: fn(base))
 
 
 @pytest.mark.parametrize("name", list(VIEWS))

@@ -1,7 +1,7 @@
 // lower_math.cpp: lowerings of torch's elementwise math functions that the IR has no single op
 // for, composed from the ones it has (the way XLA's client library builds them):
 //   trigonometric and hyperbolic: tan, atan, asin, acos, sinh, cosh, asinh, acosh, atanh, sinc
-//   exponents and logs: exp2, log10, logaddexp, logaddexp2
+//   exponents and logs: exp2, log10, logaddexp, logaddexp2; erfinv
 //   float classification and repair: signbit, copysign, nan_to_num, frac, fmax, fmin,
 //   heaviside, hypot, round(decimals=)
 // Each is written to stay accurate where the textbook formula is not: expm1/log1p forms near
@@ -154,6 +154,40 @@ void log10_out(LowerCtx &ctx) {
   ctx.results = {E.div(E.un(TPU_OP_LOG, x), E.k(kLn10))};
 }
 
+// Horner's rule: c[0] w^(n-1) + ... + c[n-1]
+tpu_value_t polynomial(const Ew &E, tpu_value_t w, std::initializer_list<double> c) {
+  tpu_value_t p = E.k(*c.begin());
+  for (auto it = c.begin() + 1; it != c.end(); ++it) p = E.add(E.k(*it), E.mul(p, w));
+  return p;
+}
+
+// erfinv(y): M. Giles' single-precision approximation ("Approximating the erfinv function",
+// GPU Computing Gems, 2011; XLA's float erfinv), a polynomial in w = -log(1 - y^2) on two
+// ranges, then Newton steps on erf(x) = y, as PyTorch's calc_erfinv refines its own starting
+// point: two for f32, three to bring f64 to full precision in the tails. +-inf at +-1, NaN
+// beyond.
+void erfinv_out(LowerCtx &ctx) {
+  auto [E, y] = unary(ctx);
+  tpu_value_t w = E.un(TPU_OP_NEG, E.un(TPU_OP_LOG, E.mul(E.sub(E.k(1), y), E.add(E.k(1), y))));
+  tpu_value_t central = polynomial(E, E.sub(w, E.k(2.5)),
+                                   {2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                                    0.00021858087, -0.00125372503, -0.00417768164, 0.246640727,
+                                    1.50140941});
+  tpu_value_t tail = polynomial(E, E.sub(E.un(TPU_OP_SQRT, w), E.k(3)),
+                                {-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+                                 0.00573950773, -0.0076224613, 0.00943887047, 1.00167406,
+                                 2.83297682});
+  tpu_value_t x = E.mul(E.sel(E.cmp(TPU_CMP_LT, w, E.k(5)), central, tail), y);
+  const double two_over_sqrt_pi = 1.12837916709551257390;
+  const int newton_steps = E.dt == TPU_F64 ? 3 : 2;
+  for (int step = 0; step < newton_steps; step++) {  // x -= (erf(x) - y) / erf'(x)
+    tpu_value_t slope = E.mul(E.k(two_over_sqrt_pi), E.un(TPU_OP_EXP, E.un(TPU_OP_NEG, E.mul(x, x))));
+    x = E.sub(x, E.div(E.sub(E.un(TPU_OP_ERF, x), y), slope));
+  }
+  tpu_value_t edge = E.cmp(TPU_CMP_EQ, E.un(TPU_OP_ABS, y), E.k(1));
+  ctx.results = {E.sel(edge, E.mul(y, E.k(INFINITY)), x)};
+}
+
 // Binary op on arguments 0 and 1 in the result's compute dtype (the promoted dtype, or the
 // float dtype of an op whose result is always float).
 struct TwoArgs {
@@ -281,6 +315,7 @@ LoweringRegistrar registrar({
     {"sinc.out", sinc_out},
     {"exp2.out", exp2_out},
     {"log10.out", log10_out},
+    {"erfinv.out", erfinv_out},
     {"logaddexp.out", logaddexp_out},
     {"logaddexp2.out", logaddexp2_out},
     {"signbit.out", signbit_out},

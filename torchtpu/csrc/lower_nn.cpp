@@ -1,7 +1,7 @@
 // lower_nn.cpp: lowerings of the neural-network ops models train with: softmax and
-// log_softmax (and backward), nll_loss (forward/backward: cross_entropy), the mse, smooth
+// log_softmax (and backward), nll_loss and nll_loss2d (forward/backward: cross_entropy), the mse, smooth
 // L1 and Huber losses (forward/backward), layer norm (forward/backward), embedding
-// (index_select, embedding_dense_backward), tril/triu, arange, cat.
+// (index_select, embedding_dense_backward), tril/triu, arange, eye, linspace/logspace, cat.
 //
 // Statistics (softmax sums, norms) are computed in f32 for bf16/f16 inputs. Index-taking
 // ops use gather/scatter with bounds checks: an out-of-range index is an IndexError at the
@@ -110,21 +110,29 @@ struct NllSetup {
   tpu_value_t target;  // (N) with ignored entries replaced by 0
   tpu_value_t w;       // (N) weight of each sample, 0 where ignored
   tpu_dtype_t dt;
-  int64_t n, c;
+  int64_t n, c;        // N counts every position: batch x spatial for nll_loss2d
 };
 
-// (self, target, weight, reduction, ignore_index, ...)
+// (self, target, weight, reduction, ignore_index, ...). self is (C), (B, C) or, for
+// nll_loss2d, (B, C, H, W): the class dim is moved last and the rest flattened to N rows.
 NllSetup nll_setup(LowerCtx &ctx, size_t self_arg) {
   NllSetup s{};
   s.dt = compute_dtype(to_tpu_dtype(ctx.tensor(self_arg).scalar_type()));
   s.x = convert(ctx.g, ctx.v(self_arg), s.dt);
   tpu_shape_t xs = shape_of(ctx.g, s.x);
+  if (xs.rank > 2) {
+    int64_t perm[TPU_MAX_RANK] = {0};
+    for (int d = 1; d < xs.rank - 1; d++) perm[d] = d + 1;
+    perm[xs.rank - 1] = 1;
+    tpu_shape_t rows{2, {numel(xs) / std::max<int64_t>(xs.dims[1], 1), xs.dims[1]}};
+    s.x = tpu_graph_reshape(ctx.g, tpu_graph_transpose(ctx.g, s.x, perm), &rows);
+    xs = rows;
+  }
   if (xs.rank == 1) {
     tpu_shape_t two{2, {1, xs.dims[0]}};
     s.x = tpu_graph_reshape(ctx.g, s.x, &two);
     xs = two;
   }
-  if (xs.rank != 2) throw Unsupported("nll_loss on more than 2 dims");
   s.n = xs.dims[0];
   s.c = xs.dims[1];
   tpu_shape_t n1{1, {s.n}};
@@ -192,6 +200,17 @@ void nll_loss_backward(LowerCtx &ctx) {
   tpu_value_t val = tpu_graph_unary(ctx.g, TPU_OP_NEG, tpu_graph_broadcast_in_dim(ctx.g, scale, &nc, rows));
   tpu_value_t grad = tpu_graph_select(ctx.g, hot, val, full(ctx.g, s.dt, nc, 0));
   tpu_shape_t out = ctx.out_shape();
+  if (out.rank > 2) {  // nll_loss2d: (B*H*W, C) -> (B, H, W, C) -> (B, C, H, W)
+    tpu_shape_t last{out.rank, {}};
+    int64_t perm[TPU_MAX_RANK] = {0};
+    last.dims[0] = out.dims[0];
+    for (int d = 1; d < out.rank - 1; d++) last.dims[d] = out.dims[d + 1];
+    last.dims[out.rank - 1] = out.dims[1];
+    perm[1] = out.rank - 1;
+    for (int d = 2; d < out.rank; d++) perm[d] = d - 1;
+    ctx.results = {tpu_graph_transpose(ctx.g, tpu_graph_reshape(ctx.g, grad, &last), perm)};
+    return;
+  }
   ctx.results = {tpu_graph_reshape(ctx.g, grad, &out)};
 }
 
@@ -416,6 +435,60 @@ void arange_presize(const std::vector<c10::IValue> &args) {
 }
 [[maybe_unused]] const bool arange_presized = (register_presize("arange.start_out", arange_presize), true);
 
+// eye.out(n) / eye.m_out(n, m): 1 on the main diagonal.
+void eye_out(LowerCtx &ctx) {
+  tpu_shape_t s = ctx.out_shape();
+  tpu_value_t diag = tpu_graph_compare(ctx.g, TPU_CMP_EQ, tpu_graph_iota(ctx.g, TPU_I64, &s, 0),
+                                       tpu_graph_iota(ctx.g, TPU_I64, &s, 1));
+  ctx.results = {convert(ctx.g, diag, ctx.out_dtype())};
+}
+
+// torch.eye hands eye.out / eye.m_out an empty out=: sized here, as its kernel would
+// resize it, so that every call does not miss the cache once.
+void eye_presize(const std::vector<c10::IValue> &args) {
+  const bool square = args.size() == 2;
+  const int64_t n = args[0].toInt(), m = square ? n : args[1].toInt();
+  TORCH_CHECK(n >= 0, "n must be greater or equal to 0, got ", n);
+  TORCH_CHECK(m >= 0, "m must be greater or equal to 0, got ", m);
+  const at::Tensor &out = args.back().toTensor();
+  if (out.sizes() != c10::IntArrayRef({n, m})) at::native::resize_output(out, {n, m});
+}
+[[maybe_unused]] const bool eye_presized =
+    (register_presize("eye.out", eye_presize), register_presize("eye.m_out", eye_presize), true);
+
+// linspace.out(start, end, steps) and logspace.out(start, end, steps, base): as ATen's CPU
+// kernel, step = (end - start) / (steps - 1) in the result's compute dtype; the first half of
+// the points is start + i * step and the second half end - (steps - 1 - i) * step, so that
+// both ends are exact. The CPU kernel is compiled with fused multiply-adds: for f32 and
+// narrower, the multiply-add runs in f64 and rounds once, as a fused one does (f64 results
+// may differ from the CPU's in the last bit). logspace raises base to those points.
+// Integer results are computed in f64 and truncated.
+void spaced(LowerCtx &ctx, bool log) {
+  tpu_dtype_t out = ctx.out_dtype();
+  tpu_dtype_t dt = tpu_dtype_is_float(out) ? compute_dtype(out) : TPU_F64;
+  tpu_shape_t s = ctx.out_shape();
+  const int64_t steps = ctx.arg(2).toInt();
+  tpu_value_t start = bcast(ctx, convert(ctx.g, ctx.v(0), dt), s);
+  tpu_value_t end = bcast(ctx, convert(ctx.g, ctx.v(1), dt), s);
+  tpu_value_t points = start;
+  if (steps > 1) {
+    auto k = [&](double v) { return full(ctx.g, TPU_F64, s, v); };
+    auto wide = [&](tpu_value_t v) { return convert(ctx.g, v, TPU_F64); };
+    tpu_value_t step = wide(bin(ctx, TPU_OP_DIV, bin(ctx, TPU_OP_SUB, end, start),
+                                full(ctx.g, dt, s, static_cast<double>(steps - 1))));
+    tpu_value_t i = tpu_graph_iota(ctx.g, TPU_F64, &s, 0);
+    tpu_value_t from_end = bin(ctx, TPU_OP_SUB, k(static_cast<double>(steps - 1)), i);
+    tpu_value_t first = tpu_graph_compare(ctx.g, TPU_CMP_LT, i, k(static_cast<double>(steps / 2)));
+    points = tpu_graph_select(ctx.g, first, bin(ctx, TPU_OP_ADD, wide(start), bin(ctx, TPU_OP_MUL, step, i)),
+                              bin(ctx, TPU_OP_SUB, wide(end), bin(ctx, TPU_OP_MUL, step, from_end)));
+    points = convert(ctx.g, points, dt);
+  }
+  if (log) points = bin(ctx, TPU_OP_POW, full(ctx.g, dt, s, ctx.arg(3).toDouble()), points);
+  ctx.results = {points};
+}
+void linspace_out(LowerCtx &ctx) { spaced(ctx, false); }
+void logspace_out(LowerCtx &ctx) { spaced(ctx, true); }
+
 // cat.out(tensors, dim): legacy empty 1-D tensors are skipped, as in PyTorch.
 void cat_out(LowerCtx &ctx) {
   tpu_dtype_t dt = ctx.out_dtype();
@@ -446,6 +519,10 @@ LoweringRegistrar registrar({
     {"embedding_dense_backward", embedding_dense_backward},
     {"nll_loss_forward.output", nll_loss_forward},
     {"nll_loss_backward.grad_input", nll_loss_backward},
+    {"nll_loss2d_forward", nll_loss_forward},
+    {"nll_loss2d_forward.output", nll_loss_forward},
+    {"nll_loss2d_backward", nll_loss_backward},
+    {"nll_loss2d_backward.grad_input", nll_loss_backward},
     {"mse_loss.out", mse_loss_out},
     {"mse_loss_backward", mse_loss_backward},
     {"mse_loss_backward.grad_input", mse_loss_backward},
@@ -459,6 +536,10 @@ LoweringRegistrar registrar({
     {"tril.out", tril_out},
     {"triu.out", triu_out},
     {"arange.start_out", arange_out},
+    {"eye.out", eye_out},
+    {"eye.m_out", eye_out},
+    {"linspace.out", linspace_out},
+    {"logspace.out", logspace_out},
     {"cat.out", cat_out},
 });
 

@@ -1,5 +1,6 @@
 // lower_reduce.cpp: lowerings of reductions and scans: sum, mean, prod, amax/amin,
-// max/min along a dim, argmax/argmin, var/std, all/any, logsumexp, vector norms, cumsum.
+// max/min along a dim, argmax/argmin, var/std, all/any, logsumexp, vector norms (and
+// torch.norm), cumsum/cumprod, nansum, count_nonzero, aminmax, trace.
 //
 // Sums of bf16/f16 accumulate in f32 inside the reduce kernel and round once; means,
 // variances and norms are computed in f32 (f64 for f64) and rounded by the engine.
@@ -167,13 +168,10 @@ void logsumexp_out(LowerCtx &ctx) {  // (self, dim[], keepdim)
   ctx.results = {tpu_graph_reshape(ctx.g, r, &out)};
 }
 
-// linalg_vector_norm.out(self, ord (static), dim?, keepdim, dtype?)
-void vector_norm_out(LowerCtx &ctx) {
-  double ord = ctx.arg(1).toScalar().toDouble();
-  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
-  tpu_value_t x = tpu_graph_unary(ctx.g, TPU_OP_ABS, convert(ctx.g, ctx.v(0), dt));
-  auto dims = dims_arg(ctx, 2);
-  bool keep = bool_arg(ctx, 3);
+// The |ord|-norm of |x| (any dtype; computed in the result's compute dtype |dt|) over dims.
+tpu_value_t vector_norm(LowerCtx &ctx, tpu_value_t x, tpu_dtype_t dt, double ord,
+                        const std::vector<int64_t> &dims, bool keep) {
+  x = tpu_graph_unary(ctx.g, TPU_OP_ABS, convert(ctx.g, x, dt));
   tpu_value_t r;
   if (std::isinf(ord)) {
     r = reduce_dims(ctx.g, ord > 0 ? TPU_REDUCE_MAX : TPU_REDUCE_MIN, x, dims, keep);
@@ -190,7 +188,70 @@ void vector_norm_out(LowerCtx &ctx) {
     r = reduce_dims(ctx.g, TPU_REDUCE_SUM, p, dims, keep);
     r = tpu_graph_binary(ctx.g, TPU_OP_POW, r, full(ctx.g, dt, shape_of(ctx.g, r), 1.0 / ord));
   }
-  ctx.results = {r};
+  return r;
+}
+
+// linalg_vector_norm.out(self, ord (static), dim?, keepdim, dtype?)
+void vector_norm_out(LowerCtx &ctx) {
+  double ord = ctx.arg(1).toScalar().toDouble();
+  ctx.results = {vector_norm(ctx, ctx.v(0), compute_dtype(ctx.out_dtype()), ord, dims_arg(ctx, 2),
+                             bool_arg(ctx, 3))};
+}
+
+// torch.norm's overloads (torch.dist, F.pairwise_distance): norm.out / norm.dtype_out
+// (self, p?, dim, keepdim, ...) and norm.Scalar_out / norm.ScalarOpt_dtype_out (self, p?,
+// ...) over all dims. p (static) defaults to 2.
+void norm_out(LowerCtx &ctx) {
+  const double p = ctx.arg(1).isNone() ? 2.0 : ctx.arg(1).toScalar().toDouble();
+  const bool over_dims = ctx.args->size() > 3 && ctx.arg(3).isBool();
+  std::vector<int64_t> dims = over_dims ? dims_arg(ctx, 2) : std::vector<int64_t>{};
+  ctx.results = {vector_norm(ctx, ctx.v(0), compute_dtype(ctx.out_dtype()), p, dims,
+                             over_dims && bool_arg(ctx, 3))};
+}
+
+// nansum(self, dim?, keepdim, dtype?): sum with NaNs counted as 0
+void nansum_out(LowerCtx &ctx) {
+  tpu_value_t x = convert(ctx.g, ctx.v(0), ctx.out_dtype());
+  if (tpu_dtype_is_float(dtype_of(ctx.g, x))) {
+    tpu_shape_t s = shape_of(ctx.g, x);
+    tpu_value_t nan = tpu_graph_compare(ctx.g, TPU_CMP_NE, x, x);
+    x = tpu_graph_select(ctx.g, nan, full(ctx.g, dtype_of(ctx.g, x), s, 0), x);
+  }
+  ctx.results = {reduce_dims(ctx.g, TPU_REDUCE_SUM, x, dims_arg(ctx, 1), bool_arg(ctx, 2))};
+}
+
+// count_nonzero.dim_IntList(self, dim[]): int64 counts of x != 0 (an empty dim list counts all)
+void count_nonzero(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_value_t nz = tpu_graph_compare(ctx.g, TPU_CMP_NE, x, full(ctx.g, dtype_of(ctx.g, x), shape_of(ctx.g, x), 0));
+  ctx.results = {reduce_dims(ctx.g, TPU_REDUCE_SUM, convert(ctx.g, nz, TPU_I64), dims_arg(ctx, 1), false)};
+}
+
+// aminmax.out(self, dim?, keepdim) -> (min, max)
+void aminmax_out(LowerCtx &ctx) {
+  auto dims = dims_arg(ctx, 1);
+  bool keep = bool_arg(ctx, 2);
+  ctx.results = {reduce_dims(ctx.g, TPU_REDUCE_MIN, ctx.v(0), dims, keep),
+                 reduce_dims(ctx.g, TPU_REDUCE_MAX, ctx.v(0), dims, keep)};
+}
+
+// trace(self): the sum of the main diagonal of a matrix, in the result dtype (int64 for
+// integers)
+void trace(LowerCtx &ctx) {
+  tpu_value_t x = convert(ctx.g, ctx.v(0), ctx.out_dtype());
+  tpu_shape_t s = shape_of(ctx.g, x);
+  if (s.rank != 2) throw Unsupported("trace of a tensor that is not a matrix");
+  tpu_value_t diag = tpu_graph_compare(ctx.g, TPU_CMP_EQ, tpu_graph_iota(ctx.g, TPU_I64, &s, 0),
+                                       tpu_graph_iota(ctx.g, TPU_I64, &s, 1));
+  x = tpu_graph_select(ctx.g, diag, x, full(ctx.g, dtype_of(ctx.g, x), s, 0));
+  ctx.results = {reduce_dims(ctx.g, TPU_REDUCE_SUM, x, {}, false)};
+}
+
+// PyTorch's meta kernel for trace words its error without the op's name; the CPU kernel's
+// check runs first instead (a presize hook runs before every call is keyed).
+void trace_check(const std::vector<c10::IValue> &args) {
+  const int64_t dim = args[0].toTensor().dim();
+  TORCH_CHECK(dim == 2, "trace: expected a matrix, but got tensor with dim ", dim);
 }
 
 void cumulative(LowerCtx &ctx, tpu_reduce_kind_t kind) {  // (self, dim, dtype)
@@ -205,7 +266,15 @@ void cumulative(LowerCtx &ctx, tpu_reduce_kind_t kind) {  // (self, dim, dtype)
 void cumsum_out(LowerCtx &ctx) { cumulative(ctx, TPU_REDUCE_SUM); }
 void cumprod_out(LowerCtx &ctx) { cumulative(ctx, TPU_REDUCE_PROD); }
 
-[[maybe_unused]] const bool norm_ord_is_static = (register_static_scalar("linalg_vector_norm.out", "ord"), true);
+[[maybe_unused]] const bool registered_hooks = [] {
+  register_static_scalar("linalg_vector_norm.out", "ord");
+  for (const char *op : {"norm.out", "norm.dtype_out", "norm.Scalar_out", "norm.ScalarOpt_dtype_out"}) {
+    register_static_scalar(op, "p");
+  }
+  register_presize("trace", trace_check);
+  register_presize("trace.out", trace_check);
+  return true;
+}();
 
 LoweringRegistrar registrar({
     {"sum.IntList_out", sum_out},
@@ -235,6 +304,17 @@ LoweringRegistrar registrar({
     {"any.all_out", any_all},
     {"logsumexp.out", logsumexp_out},
     {"linalg_vector_norm.out", vector_norm_out},
+    {"norm.out", norm_out},
+    {"norm.dtype_out", norm_out},
+    {"norm.Scalar_out", norm_out},
+    {"norm.ScalarOpt_dtype_out", norm_out},
+    {"nansum", nansum_out},
+    {"nansum.out", nansum_out},
+    {"count_nonzero.dim_IntList", count_nonzero},
+    {"count_nonzero.dim_IntList_out", count_nonzero},
+    {"aminmax.out", aminmax_out},
+    {"trace", trace},
+    {"trace.out", trace},
     {"cumsum.out", cumsum_out},
     {"cumprod.out", cumprod_out},
 });

@@ -2,7 +2,7 @@
 // fallback that runs every other op on the CPU.
 //
 // Structural ops (registered for PrivateUse1): empty, empty_strided, as_strided, view,
-// _reshape_alias, resize_, set_ (4 overloads), _copy_from, _copy_from_and_resize,
+// _reshape_alias, unfold (Tensor.unfold: a strided view), resize_, set_ (4 overloads), _copy_from, _copy_from_and_resize,
 // _local_scalar_dense, record_stream. They are metadata work or copies; the fallback
 // cannot do them because it is itself built on them.
 //
@@ -24,6 +24,7 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/DeviceGuard.h>
@@ -439,6 +440,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(tpu_as_strided));
   m.impl("view", TORCH_FN(tpu_view));
   m.impl("_reshape_alias", TORCH_FN(tpu_reshape_alias));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
   m.impl("resize_", TORCH_FN(tpu_resize_));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(tpu_set_storage_offset));
   m.impl("set_.source_Storage", TORCH_FN(tpu_set_storage));
