@@ -19,31 +19,14 @@ import torch.nn.functional as F
 
 import torchtpu
 
-from conftest import no_fallback, run_json, tpu
+from conftest import compare_with_cpu, no_fallback, run_json, tpu
 
 
 def compare(fn, *args, rtol=1e-5, atol=1e-5, grad=True):
     """fn(dev, *args) on CPU and on tpu (natively): results and gradients agree."""
-    def prepare(convert):
-        return [convert(a.detach().clone()).requires_grad_(grad and a.is_floating_point())
-                if isinstance(a, torch.Tensor) else a for a in args]
-    cpu_args, tpu_args = prepare(lambda t: t), prepare(tpu)
-    want = fn("cpu", *cpu_args)
-    got = no_fallback(lambda: fn("tpu", *tpu_args))
-    want = list(want) if isinstance(want, (tuple, list)) else [want]
-    got = list(got) if isinstance(got, (tuple, list)) else [got]
-    for w, g in zip(want, got):
-        assert g.device.type == "tpu" and g.dtype == w.dtype and g.shape == w.shape
-        torch.testing.assert_close(g.detach().cpu(), w.detach(), rtol=rtol, atol=atol, equal_nan=True)
-    pairs = [(w, g) for w, g in zip(want, got) if w.requires_grad]
-    if not grad or not pairs:
-        return
-    cots = [torch.randn_like(w) for w, _ in pairs]
-    torch.autograd.backward([w for w, _ in pairs], cots)
-    no_fallback(lambda: torch.autograd.backward([g for _, g in pairs], [tpu(c) for c in cots]))
-    for a, b in zip(cpu_args, tpu_args):
-        if isinstance(a, torch.Tensor) and a.grad is not None:
-            torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=rtol, atol=atol)
+    def on_device(*a):
+        return fn(next(x.device.type for x in a if isinstance(x, torch.Tensor)), *a)
+    compare_with_cpu(on_device, *args, rtol=rtol, atol=atol, grad=grad)
 
 
 def t(dev, data, dtype=None):

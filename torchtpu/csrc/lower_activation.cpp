@@ -14,16 +14,24 @@
 namespace torchtpu {
 namespace {
 
+// ELU's coefficients from its (alpha, scale, input_scale) arguments at |first|:
+// neg = alpha * scale, pos = scale, input = input_scale (as ATen names them).
+struct EluCoefs {
+  tpu_value_t neg, pos, input;
+};
+EluCoefs elu_coefs(LowerCtx &ctx, const Ew &E, size_t first) {
+  tpu_value_t scale = operand(ctx, first + 1, E.dt, E.shape);
+  return {E.mul(operand(ctx, first, E.dt, E.shape), scale), scale, operand(ctx, first + 2, E.dt, E.shape)};
+}
+
 // elu.out(self, alpha, scale, input_scale, out):
 //   x <= 0 ? expm1(x * input_scale) * alpha * scale : x * scale
 void elu_out(LowerCtx &ctx) {
   Ew E = ew_for_result(ctx);
   tpu_value_t x = operand(ctx, 0, E.dt, E.shape);
-  tpu_value_t neg_coef = E.mul(operand(ctx, 1, E.dt, E.shape), operand(ctx, 2, E.dt, E.shape));
-  tpu_value_t pos_coef = operand(ctx, 2, E.dt, E.shape);
-  tpu_value_t in_scale = operand(ctx, 3, E.dt, E.shape);
-  tpu_value_t neg = E.mul(E.un(TPU_OP_EXPM1, E.mul(x, in_scale)), neg_coef);
-  ctx.results = {E.sel(E.cmp(TPU_CMP_LE, x, E.k(0)), neg, E.mul(x, pos_coef))};
+  EluCoefs c = elu_coefs(ctx, E, 1);
+  tpu_value_t neg = E.mul(E.un(TPU_OP_EXPM1, E.mul(x, c.input)), c.neg);
+  ctx.results = {E.sel(E.cmp(TPU_CMP_LE, x, E.k(0)), neg, E.mul(x, c.pos))};
 }
 
 // elu_backward.grad_input(grad_output, alpha, scale, input_scale, is_result, self_or_result):
@@ -33,16 +41,12 @@ void elu_out(LowerCtx &ctx) {
 void elu_backward(LowerCtx &ctx) {
   Ew E = ew_for_result(ctx);
   tpu_value_t dy = operand(ctx, 0, E.dt, E.shape);
-  tpu_value_t neg_coef = E.mul(operand(ctx, 1, E.dt, E.shape), operand(ctx, 2, E.dt, E.shape));
-  tpu_value_t pos_coef = operand(ctx, 2, E.dt, E.shape);
-  tpu_value_t in_scale = operand(ctx, 3, E.dt, E.shape);
+  EluCoefs c = elu_coefs(ctx, E, 1);
   const bool is_result = ctx.arg(4).toBool();
   tpu_value_t v = operand(ctx, 5, E.dt, E.shape);
-  tpu_value_t neg = is_result
-                        ? E.mul(E.mul(dy, in_scale), E.add(v, neg_coef))
-                        : E.mul(E.mul(E.mul(dy, in_scale), neg_coef),
-                                E.un(TPU_OP_EXP, E.mul(v, in_scale)));
-  ctx.results = {E.sel(E.cmp(TPU_CMP_LE, v, E.k(0)), neg, E.mul(dy, pos_coef))};
+  tpu_value_t neg = is_result ? E.mul(E.mul(dy, c.input), E.add(v, c.neg))
+                              : E.mul(E.mul(E.mul(dy, c.input), c.neg), E.un(TPU_OP_EXP, E.mul(v, c.input)));
+  ctx.results = {E.sel(E.cmp(TPU_CMP_LE, v, E.k(0)), neg, E.mul(dy, c.pos))};
 }
 
 // The two halves of |x| along |dim| (glu's a and b).
