@@ -12,6 +12,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import torchtpu
+
 from conftest import compare_with_cpu, no_fallback, tpu
 
 SPECIAL = torch.tensor([float("nan"), float("inf"), -float("inf"), -3.0, 3.0, 0.5, -0.5, 0.0, -0.0,
@@ -110,3 +112,32 @@ def test_mobilenet_block_matches_cpu():
     with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
         compare_with_cpu(fn, torch.randn(2, 3, 8, 8), *[p.detach() for p in block.parameters()],
                          rtol=1e-5, atol=1e-5)
+
+
+def test_a_segmentation_net_trains_the_same_in_fused_mode():
+    # these lowerings (and reflect padding, bicubic upsampling, cross_entropy over images,
+    # logaddexp, torch.norm) recorded into fused graphs give strict mode's bits
+    def train(mode):
+        torchtpu.set_eager_mode(mode)
+        try:
+            torch.manual_seed(0)
+            net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Hardswish(), nn.ReflectionPad2d(1), nn.Conv2d(8, 4, 3),
+                                nn.ELU(), nn.Upsample(scale_factor=2, mode="bicubic"), nn.Mish(),
+                                nn.Conv2d(4, 3, 1)).to("tpu")
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            x, y = torch.randn(2, 3, 10, 10).to("tpu"), torch.randint(0, 3, (2, 16, 16)).to("tpu")
+            losses = []
+            for _ in range(3):
+                out = net(x)
+                loss = F.cross_entropy(out, y) + torch.logaddexp(out, out.flip(1)).mean() * 0.01 + torch.norm(out) * 1e-3
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            return losses, [p.detach().cpu() for p in net.parameters()]
+        finally:
+            torchtpu.set_eager_mode("strict")
+
+    strict, fused = no_fallback(lambda: train("strict")), no_fallback(lambda: train("fused"))
+    assert strict[0] == fused[0]
+    assert all(torch.equal(a, b) for a, b in zip(strict[1], fused[1]))

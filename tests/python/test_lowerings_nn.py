@@ -491,3 +491,41 @@ def test_linspace_and_logspace(dtype):
             got = no_fallback(lambda: torch.logspace(start, end, steps, base=2.0, dtype=dtype, device="tpu"))
             torch.testing.assert_close(got.cpu(), torch.logspace(start, end, steps, base=2.0, dtype=dtype),
                                        rtol=1e-6, atol=0)
+
+
+def test_multinomial_draws_natively_with_pytorchs_checks():
+    p = torch.tensor([[0.1, 0.2, 0.7, 0.0], [0.5, 0.0, 0.25, 0.25]])
+    torch.manual_seed(0)
+    draws = no_fallback(lambda: torch.multinomial(tpu(p).repeat(2000, 1), 1)).cpu().view(2000, 2)
+    for row in range(2):  # frequencies within ~5 standard errors of the probabilities
+        freq = torch.bincount(draws[:, row], minlength=4).double() / 2000
+        assert (freq - p[row].double()).abs().max() < 5 * (0.25 / 2000) ** 0.5, freq
+    without = no_fallback(lambda: torch.multinomial(tpu(p).repeat(50, 1), 3)).cpu()
+    assert all(len(set(r)) == 3 and p[i % 2][r].gt(0).all() for i, r in enumerate(without.tolist()))
+    torch.manual_seed(1)
+    a = torch.multinomial(tpu(p), 2).cpu()
+    torch.manual_seed(1)
+    assert torch.equal(torch.multinomial(tpu(p), 2).cpu(), a)
+    # several draws with replacement: one exponential race per draw
+    draws = no_fallback(lambda: torch.multinomial(tpu(p), 2000, replacement=True)).cpu()
+    for row in range(2):
+        freq = torch.bincount(draws[row], minlength=4).double() / 2000
+        assert (freq - p[row].double()).abs().max() < 5 * (0.25 / 2000) ** 0.5, freq
+    assert no_fallback(lambda: torch.multinomial(tpu(p[0]), 3, replacement=True)).shape == (3,)
+    out = torch.empty(0, dtype=torch.long, device="tpu")
+    torch.multinomial(tpu(p), 4, replacement=True, out=out)
+    assert out.shape == (2, 4) and p.gather(1, out.cpu()).gt(0).all()
+    for bad, msg in ((torch.tensor([0.5, -0.1]), "element < 0"), (torch.tensor([float("nan"), 1.0]), "nan"),
+                     (torch.zeros(2), "sum of probabilities <= 0")):
+        for n, replacement in ((1, False), (3, True)):
+            with pytest.raises(RuntimeError, match=msg):
+                torch.multinomial(tpu(bad), n, replacement=replacement)
+    assert no_fallback(lambda: torch.distributions.Categorical(probs=tpu(p)).sample((3,))).shape == (3, 2)
+
+
+def test_assert_async_reads_the_flag():
+    with pytest.raises(RuntimeError, match="custom message"):
+        torch._assert_async(torch.tensor(0, device="tpu"), "custom message")
+    no_fallback(lambda: torch._assert_async(torch.tensor(True, device="tpu")))
+    with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
+        torch._assert_async(torch.tensor([1, 2], device="tpu"))

@@ -216,3 +216,25 @@ def test_greedy_generate_matches_cpu(name, capsys):
     _report(capsys, name, "greedy generate", stats)
     assert torch.equal(out.cpu(), ref)
     _check_fallback(name, stats)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_sampled_generate_runs_natively(name, capsys):
+    """generate(do_sample=True) with top-k and top-p: torch.multinomial draws on the chip
+    (the chip's generator, so tokens differ from the CPU's): every op native, the same
+    tokens again under the same seed, and tokens from the vocabulary."""
+    model, batch = make(name)
+    model.eval().to("tpu")
+    prompt = batch["input_ids"][:2, :6].to("tpu")
+    kwargs = dict(max_new_tokens=6, do_sample=True, top_k=20, top_p=0.9, pad_token_id=0,
+                  attention_mask=torch.ones_like(prompt))
+    torchtpu.reset_fallback_stats()
+    torch.manual_seed(7)
+    first = model.generate(prompt, **kwargs).cpu()
+    stats = torchtpu.fallback_stats()
+    _report(capsys, name, "sampled generate", stats)
+    _check_fallback(name, stats)
+    torch.manual_seed(7)
+    assert torch.equal(model.generate(prompt, **kwargs).cpu(), first)
+    assert first.shape == (2, 12) and torch.equal(first[:, :6], prompt.cpu())
+    assert 0 <= first.min().item() and first.max().item() < VOCAB

@@ -41,9 +41,6 @@ extern "C" {
 }
 
 namespace torchtpu {
-
-void run_cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
-
 namespace {
 
 // ---- op registry ---------------------------------------------------------------------------

@@ -88,6 +88,9 @@ LowerFn find_lowering(const std::string &op_name);
 // Runs a call of an op with a lowering through the native engine (key, cache, compile on a
 // miss, launch or record).
 void run_native(const c10::OperatorHandle &op, torch::jit::Stack *stack);
+// Runs a call on the CPU through the boxed fallback (ops.cpp): host aliases of the tpu
+// arguments, counted in torchtpu.fallback_stats().
+void run_cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
 // Runs the registrations of one lower_*.cpp file at library load.
 struct LoweringRegistrar {

@@ -2,9 +2,11 @@
 // fallback that runs every other op on the CPU.
 //
 // Structural ops (registered for PrivateUse1): empty, empty_strided, as_strided, view,
-// _reshape_alias, unfold (Tensor.unfold: a strided view), resize_, set_ (4 overloads), _copy_from, _copy_from_and_resize,
-// _local_scalar_dense, record_stream. They are metadata work or copies; the fallback
-// cannot do them because it is itself built on them.
+// _reshape_alias, unfold (Tensor.unfold: a strided view), resize_, set_ (4 overloads),
+// _copy_from, _copy_from_and_resize, _local_scalar_dense, record_stream, _assert_async
+// (torch._assert_async, multinomial's checks: a synchronizing read of the flag, as the CPU
+// kernel does). They are metadata work or copies; the fallback cannot do them because it is
+// itself built on them.
 //
 // The fallback is zero-copy: tpu memory is host memory, so each tpu tensor argument is
 // handed to the CPU kernel as a CPU tensor over the same bytes (a "host alias"). In-place
@@ -19,6 +21,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_assert_async_native.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -450,6 +453,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", TORCH_FN(tpu_copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(tpu_local_scalar_dense));
   m.impl("record_stream", TORCH_FN(tpu_record_stream));
+  m.impl("_assert_async", TORCH_FN(at::native::_assert_async_cpu));
+  m.impl("_assert_async.msg", TORCH_FN(at::native::_assert_async_msg_cpu));
 }
 
 // _copy_from resolves the conjugate and negative bits itself (host aliases carry them into
