@@ -21,6 +21,7 @@ Tolerances:
 """
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtpu
@@ -529,3 +530,27 @@ def test_assert_async_reads_the_flag():
     no_fallback(lambda: torch._assert_async(torch.tensor(True, device="tpu")))
     with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
         torch._assert_async(torch.tensor([1, 2], device="tpu"))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_binary_cross_entropy(reduction, weighted):
+    gen = torch.Generator().manual_seed(6)
+    x = torch.rand(4, 5, generator=gen).clamp(1e-3, 1 - 1e-3)
+    x[0, :2] = torch.tensor([0.0, 1.0])  # the log clamps at -100 and the gradient's floor
+    y = torch.rand(4, 5, generator=gen)
+    w = torch.rand(5, generator=gen) if weighted else None
+    compare(lambda a, b, c: F.binary_cross_entropy(a, b, weight=c, reduction=reduction), x, y, w,
+            rtol=1e-5, atol=1e-6, nograd=(1, 2))
+    compare(lambda a, b: F.binary_cross_entropy(a, b, reduction=reduction), x[1:].bfloat16(), y[1:].bfloat16(),
+            rtol=2e-2, atol=2e-2, nograd=(1,))
+    compare(lambda a, b: nn.BCELoss()(torch.sigmoid(a), b), torch.randn(3, 4, generator=gen), y[:3, :4], nograd=(1,))
+
+
+def test_binary_cross_entropy_checks_its_inputs_like_the_cpu():
+    half = torch.full((2,), 0.5, device="tpu")
+    for x, y, msg in ((torch.tensor([0.5, 1.5]), half, "input"), (torch.tensor([float("nan"), 0.5]), half, "input"),
+                      (half, torch.tensor([2.0, 0.0]), "target")):
+        with pytest.raises(RuntimeError, match=f"all elements of {msg} should be between 0 and 1"):
+            F.binary_cross_entropy(tpu(x), tpu(y))
+    assert F.binary_cross_entropy(half, half).item() == pytest.approx(0.6931472)

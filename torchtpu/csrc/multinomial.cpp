@@ -14,6 +14,7 @@
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
+#include "eager.h"
 #include "native.h"
 
 namespace torchtpu {
@@ -44,7 +45,7 @@ void multinomial_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack)
   const bool race = !replacement || samples == 1;
   const bool race_each = !race && self.dim() >= 1 && self.dim() <= 2 && self.is_floating_point() &&
                          self.numel() > 0 && samples <= kMaxRaceElements / self.numel();
-  if (!race && !race_each) {
+  if (native_disabled() || (!race && !race_each)) {
     run_cpu_fallback(op, stack);
     return;
   }
