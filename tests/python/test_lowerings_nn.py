@@ -554,3 +554,19 @@ def test_binary_cross_entropy_checks_its_inputs_like_the_cpu():
         with pytest.raises(RuntimeError, match=f"all elements of {msg} should be between 0 and 1"):
             F.binary_cross_entropy(tpu(x), tpu(y))
     assert F.binary_cross_entropy(half, half).item() == pytest.approx(0.6931472)
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 7, 9), (3, 4)), ((3, 5, 5), (5, 5)), ((1, 2, 8, 6), (4, 3)),
+                                        ((2, 2, 5, 7), (1, 1)), ((1, 1, 4, 4), (6, 5))])
+def test_adaptive_max_pool2d(shape, size):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(8))
+    compare(lambda t: F.adaptive_max_pool2d(t, size, return_indices=True), x)
+    compare(lambda t: F.adaptive_max_pool2d(t, size), x.bfloat16(), rtol=2e-2, atol=2e-2)
+
+
+def test_adaptive_max_pool2d_ties_nan_and_minus_inf_match_cpu():
+    x = torch.tensor([[[[1.0, 1.0, 0.0], [float("nan"), 2.0, float("nan")], [-float("inf")] * 3]]])
+    want = F.adaptive_max_pool2d(x, (2, 2), return_indices=True)
+    got = no_fallback(lambda: F.adaptive_max_pool2d(tpu(x), (2, 2), return_indices=True))
+    assert torch.equal(got[1].cpu(), want[1])
+    torch.testing.assert_close(got[0].cpu(), want[0], equal_nan=True, rtol=0, atol=0)

@@ -26,12 +26,14 @@ SUBSET = {
     "nn.functional.hardshrink", "nn.functional.threshold", "logit", "tan", "atan", "asin",
     "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "sinc", "exp2", "log10", "logaddexp",
     "logaddexp2", "signbit", "copysign", "nan_to_num", "frac", "fmax", "fmin", "heaviside",
-    "hypot",
+    "hypot", "erfinv", "nn.functional.adaptive_max_pool2d", "nn.functional.binary_cross_entropy",
+    "trace", "nansum", "count_nonzero", "aminmax", "norm", "dist", "linspace", "logspace", "eye",
+    "nn.functional.pairwise_distance",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
             ("nn.functional.pad", "replicate_negative"),
-            ("round", "decimals_3"), ("round", "decimals_neg_3")}
+            ("round", "decimals_3"), ("round", "decimals_neg_3"), ("nn.functional.interpolate", "bicubic")}
 OPS = [op for op in op_db
        if (op.name in SUBSET and op.variant_test_name == "") or (op.name, op.variant_test_name) in VARIANTS]
 

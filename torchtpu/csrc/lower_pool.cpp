@@ -1,6 +1,6 @@
 // lower_pool.cpp: lowerings of 2-D pooling forward and backward: max_pool2d (with
 // PyTorch's flat h * W + w indices), avg_pool2d (ceil_mode, count_include_pad,
-// divisor_override) and adaptive average pooling.
+// divisor_override) and adaptive max and average pooling.
 //
 // Inputs are (N, C, H, W) or (C, H, W); the leading dims are folded into one plane dim P.
 // Sums and averages of bf16/f16 are computed in f32 and rounded once by the engine.
@@ -13,11 +13,14 @@
 //   avg_pool2d        reduce_window SUM / a divisor computed from iotas
 //   avg_pool2d bwd    grad / divisor, dilated by the stride (interior padding) and summed
 //                     over each window: the transpose of the forward window sum
+//   adaptive max      the same running max over each window's taps, gathered from
+//                     per-window start rows/cols; backward as max_pool2d's
 //   adaptive avg      windows [floor(i H / OH), ceil((i + 1) H / OH)): a reduce_window when
 //                     H % OH == 0 (and W % OW == 0), else two products with the (OH, H) and
 //                     (OW, W) averaging matrices at HIGHEST precision (about f32)
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -169,16 +172,16 @@ void max_pool2d(LowerCtx &ctx) {
   ctx.results = {tpu_graph_reshape(ctx.g, best, &out), tpu_graph_reshape(ctx.g, idx, &out)};
 }
 
-// max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
-// dilation, ceil_mode, indices)
-void max_pool2d_backward(LowerCtx &ctx) {
+// The backward of a max pooling (grad_output argument 0, self argument 1): grad_output
+// scatter-added into (P, H * W) at the saved indices (argument |indices|).
+void scatter_at_max_indices(LowerCtx &ctx, size_t indices) {
   tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
   tpu_shape_t self_shape = shape_of(ctx.g, ctx.v(1)), gs = shape_of(ctx.g, ctx.v(0));
   Pool p = pool_dims(self_shape, gs);
   int64_t L = p.out[0] * p.out[1], HW = p.in[0] * p.in[1];
   tpu_shape_t pl{2, {p.planes, L}}, pl1{3, {p.planes, L, 1}};
   tpu_value_t g = tpu_graph_reshape(ctx.g, convert(ctx.g, ctx.v(0), dt), &pl);
-  tpu_value_t idx = tpu_graph_reshape(ctx.g, convert(ctx.g, ctx.v(7), TPU_I64), &pl1);
+  tpu_value_t idx = tpu_graph_reshape(ctx.g, convert(ctx.g, ctx.v(indices), TPU_I64), &pl1);
   tpu_value_t plane = tpu_graph_iota(ctx.g, TPU_I64, &pl1, 0);
   tpu_value_t pair_[2] = {plane, idx};
   tpu_value_t where = tpu_graph_concatenate(ctx.g, pair_, 2, 2);  // (P, L, 2)
@@ -197,6 +200,78 @@ void max_pool2d_backward(LowerCtx &ctx) {
   tpu_value_t r = tpu_graph_scatter(ctx.g, full(ctx.g, dt, flat, 0), where, g, &a);
   tpu_shape_t out = ctx.out_shape();
   ctx.results = {tpu_graph_reshape(ctx.g, r, &out)};
+}
+
+// max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+// dilation, ceil_mode, indices)
+void max_pool2d_backward(LowerCtx &ctx) { scatter_at_max_indices(ctx, 7); }
+
+// adaptive_max_pool2d_backward(grad_output, self, indices)
+void adaptive_max_pool2d_backward(LowerCtx &ctx) { scatter_at_max_indices(ctx, 2); }
+
+// adaptive_max_pool2d(self, output_size) -> (values, indices): window i of an axis of size
+// H spans [floor(i H / OH), ceil((i + 1) H / OH)). Its taps are gathered at start + a for a
+// below the longest window, the ones past a window's end masked to -inf; the running max
+// keeps max_pool2d's order and NaN rule, starting from the window's first element.
+void adaptive_max_pool2d(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_dtype_t dt = dtype_of(ctx.g, x);
+  if (!tpu_dtype_is_float(dt)) throw Unsupported("adaptive_max_pool2d of integers");
+  Pool p = pool_dims(shape_of(ctx.g, x), ctx.out_shape(0));
+  if (p.out[0] == 0 || p.out[1] == 0 || p.planes == 0) throw Unsupported("empty adaptive pooling");
+  x = planes3(ctx, x, p, p.in[0], p.in[1]);
+  int64_t longest[2];
+  tpu_value_t start[2], len[2];
+  for (int i = 0; i < 2; i++) {
+    longest[i] = 0;
+    for (int64_t o = 0; o < p.out[i]; o++) {
+      const int64_t first = (o * p.in[i]) / p.out[i], end = ((o + 1) * p.in[i] + p.out[i] - 1) / p.out[i];
+      longest[i] = std::max(longest[i], end - first);
+    }
+    // the same start = floor(o H / OH) and length per window, from an iota (exact in i64)
+    tpu_shape_t s{1, {p.out[i]}};
+    auto c = [&](int64_t v) { return full(ctx.g, TPU_I64, s, static_cast<double>(v)); };
+    tpu_value_t o = tpu_graph_iota(ctx.g, TPU_I64, &s, 0);
+    start[i] = bin(ctx, TPU_OP_DIV, bin(ctx, TPU_OP_MUL, o, c(p.in[i])), c(p.out[i]));
+    tpu_value_t end = bin(ctx, TPU_OP_DIV, bin(ctx, TPU_OP_ADD, bin(ctx, TPU_OP_MUL, bin(ctx, TPU_OP_ADD, o, c(1)), c(p.in[i])),
+                                                 c(p.out[i] - 1)), c(p.out[i]));
+    len[i] = bin(ctx, TPU_OP_SUB, end, start[i]);
+  }
+  tpu_shape_t o3{3, {p.planes, p.out[0], p.out[1]}};
+  tpu_value_t ninf = full(ctx.g, dt, o3, -std::numeric_limits<double>::infinity());
+  tpu_value_t best = ninf;
+  tpu_value_t tap = full(ctx.g, TPU_I32, o3, 0);
+  for (int64_t a = 0; a < longest[0]; a++) {
+    tpu_shape_t sh = shape_of(ctx.g, start[0]);
+    tpu_value_t rows = bin(ctx, TPU_OP_MIN, bin(ctx, TPU_OP_ADD, start[0], full(ctx.g, TPU_I64, sh, static_cast<double>(a))),
+                           full(ctx.g, TPU_I64, sh, static_cast<double>(p.in[0] - 1)));
+    tpu_value_t xr = gather_slices(ctx.g, x, 1, rows);  // (P, OH, W)
+    tpu_value_t row_ok = tpu_graph_compare(ctx.g, TPU_CMP_LT, full(ctx.g, TPU_I64, sh, static_cast<double>(a)), len[0]);
+    for (int64_t b = 0; b < longest[1]; b++) {
+      tpu_shape_t sw = shape_of(ctx.g, start[1]);
+      tpu_value_t cols = bin(ctx, TPU_OP_MIN, bin(ctx, TPU_OP_ADD, start[1], full(ctx.g, TPU_I64, sw, static_cast<double>(b))),
+                             full(ctx.g, TPU_I64, sw, static_cast<double>(p.in[1] - 1)));
+      tpu_value_t v = gather_slices(ctx.g, xr, 2, cols);  // (P, OH, OW)
+      tpu_value_t col_ok = tpu_graph_compare(ctx.g, TPU_CMP_LT, full(ctx.g, TPU_I64, sw, static_cast<double>(b)), len[1]);
+      tpu_value_t ok = to_planes(ctx, outer(ctx, TPU_OP_AND, row_ok, col_ok), p);
+      v = tpu_graph_select(ctx.g, ok, v, ninf);
+      tpu_value_t nan = tpu_graph_compare(ctx.g, TPU_CMP_NE, v, v);
+      tpu_value_t take = tpu_graph_select(ctx.g, nan, nan, tpu_graph_compare(ctx.g, TPU_CMP_GT, v, best));
+      best = tpu_graph_select(ctx.g, take, v, best);
+      tap = tpu_graph_select(ctx.g, take, full(ctx.g, TPU_I32, o3, static_cast<double>(a * longest[1] + b)), tap);
+    }
+  }
+  // index (start_h + t / KW) * W + start_w + t % KW
+  tap = convert(ctx.g, tap, TPU_I64);
+  auto c3 = [&](int64_t v) { return full(ctx.g, TPU_I64, o3, static_cast<double>(v)); };
+  int64_t at_h[1] = {1}, at_w[1] = {2};
+  tpu_value_t h = bin(ctx, TPU_OP_ADD, tpu_graph_broadcast_in_dim(ctx.g, start[0], &o3, at_h),
+                      bin(ctx, TPU_OP_DIV, tap, c3(longest[1])));
+  tpu_value_t w = bin(ctx, TPU_OP_ADD, tpu_graph_broadcast_in_dim(ctx.g, start[1], &o3, at_w),
+                      bin(ctx, TPU_OP_REM, tap, c3(longest[1])));
+  tpu_value_t idx = bin(ctx, TPU_OP_ADD, bin(ctx, TPU_OP_MUL, h, c3(p.in[1])), w);
+  tpu_shape_t out = ctx.out_shape(0);
+  ctx.results = {tpu_graph_reshape(ctx.g, best, &out), tpu_graph_reshape(ctx.g, idx, &out)};
 }
 
 // ---- average pooling -----------------------------------------------------------------------
@@ -387,6 +462,10 @@ LoweringRegistrar registrar({
     {"_adaptive_avg_pool2d.out", adaptive_avg_pool2d},
     {"_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward},
     {"_adaptive_avg_pool2d_backward.out", adaptive_avg_pool2d_backward},
+    {"adaptive_max_pool2d", adaptive_max_pool2d},
+    {"adaptive_max_pool2d.out", adaptive_max_pool2d},
+    {"adaptive_max_pool2d_backward", adaptive_max_pool2d_backward},
+    {"adaptive_max_pool2d_backward.grad_input", adaptive_max_pool2d_backward},
 });
 
 }  // namespace
