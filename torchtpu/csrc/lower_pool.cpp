@@ -111,6 +111,17 @@ tpu_value_t to_planes(LowerCtx &ctx, tpu_value_t v2, const Pool &p) {  // (OH, O
 
 // ---- max pooling ----------------------------------------------------------------------------
 
+// One tap of a running max: |v| wins if it is greater than |*best| or NaN (so the last NaN
+// wins, as on CPU), and |*tap| (i32) records the winner's tap number. Selects, not boolean
+// and/or, keep this on the fast elementwise paths.
+void running_max_step(LowerCtx &ctx, tpu_value_t v, int64_t tap_number, tpu_value_t *best, tpu_value_t *tap) {
+  tpu_value_t nan = tpu_graph_compare(ctx.g, TPU_CMP_NE, v, v);
+  tpu_value_t take = tpu_graph_select(ctx.g, nan, nan, tpu_graph_compare(ctx.g, TPU_CMP_GT, v, *best));
+  *best = tpu_graph_select(ctx.g, take, v, *best);
+  tpu_value_t number = full(ctx.g, TPU_I32, shape_of(ctx.g, v), static_cast<double>(tap_number));
+  *tap = tpu_graph_select(ctx.g, take, number, *tap);
+}
+
 // max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode)
 void max_pool2d(LowerCtx &ctx) {
   tpu_value_t x = ctx.v(0);
@@ -144,19 +155,14 @@ void max_pool2d(LowerCtx &ctx) {
   tpu_value_t ta = first_tap(row0, p.d[0]), tb = first_tap(col0, p.d[1]);
   ta = bin(ctx, TPU_OP_MUL, ta, full(ctx.g, TPU_I64, shape_of(ctx.g, ta), static_cast<double>(p.k[1])));
   tpu_value_t tap = to_planes(ctx, convert(ctx.g, outer(ctx, TPU_OP_ADD, ta, tb), TPU_I32), p);
-  // One strided slice per window tap, in PyTorch's scan order: a tap wins if it is
-  // greater than the best so far or NaN (so the last NaN wins, as on CPU). Selects, not
-  // boolean and/or, keep this on the fast elementwise paths.
+  // One strided slice per window tap, in PyTorch's scan order.
   for (int64_t a = 0; a < p.k[0]; a++) {
     for (int64_t b = 0; b < p.k[1]; b++) {
       int64_t start[3] = {0, a * p.d[0], b * p.d[1]};
       int64_t limit[3] = {p.planes, start[1] + (OH - 1) * p.s[0] + 1, start[2] + (OW - 1) * p.s[1] + 1};
       int64_t step[3] = {1, p.s[0], p.s[1]};
       tpu_value_t v = tpu_graph_slice(ctx.g, xp, start, limit, step);
-      tpu_value_t nan = tpu_graph_compare(ctx.g, TPU_CMP_NE, v, v);
-      tpu_value_t take = tpu_graph_select(ctx.g, nan, nan, tpu_graph_compare(ctx.g, TPU_CMP_GT, v, best));
-      best = tpu_graph_select(ctx.g, take, v, best);
-      tap = tpu_graph_select(ctx.g, take, full(ctx.g, TPU_I32, o3, static_cast<double>(a * p.k[1] + b)), tap);
+      running_max_step(ctx, v, a * p.k[1] + b, &best, &tap);
     }
   }
   // h = row0 + (t / kW) * dH, w = col0 + (t % kW) * dW, index h * W + w
@@ -237,28 +243,28 @@ void adaptive_max_pool2d(LowerCtx &ctx) {
                                                  c(p.out[i] - 1)), c(p.out[i]));
     len[i] = bin(ctx, TPU_OP_SUB, end, start[i]);
   }
+  // tap k of every window along axis i: its input index start + k (clamped into the input)
+  // and whether the window reaches it (k < length)
+  auto window_tap = [&](int i, int64_t k, tpu_value_t *index, tpu_value_t *inside) {
+    tpu_shape_t s = shape_of(ctx.g, start[i]);
+    tpu_value_t kk = full(ctx.g, TPU_I64, s, static_cast<double>(k));
+    *index = bin(ctx, TPU_OP_MIN, bin(ctx, TPU_OP_ADD, start[i], kk), full(ctx.g, TPU_I64, s, static_cast<double>(p.in[i] - 1)));
+    *inside = tpu_graph_compare(ctx.g, TPU_CMP_LT, kk, len[i]);
+  };
   tpu_shape_t o3{3, {p.planes, p.out[0], p.out[1]}};
   tpu_value_t ninf = full(ctx.g, dt, o3, -std::numeric_limits<double>::infinity());
   tpu_value_t best = ninf;
   tpu_value_t tap = full(ctx.g, TPU_I32, o3, 0);
   for (int64_t a = 0; a < longest[0]; a++) {
-    tpu_shape_t sh = shape_of(ctx.g, start[0]);
-    tpu_value_t rows = bin(ctx, TPU_OP_MIN, bin(ctx, TPU_OP_ADD, start[0], full(ctx.g, TPU_I64, sh, static_cast<double>(a))),
-                           full(ctx.g, TPU_I64, sh, static_cast<double>(p.in[0] - 1)));
+    tpu_value_t rows, row_ok;
+    window_tap(0, a, &rows, &row_ok);
     tpu_value_t xr = gather_slices(ctx.g, x, 1, rows);  // (P, OH, W)
-    tpu_value_t row_ok = tpu_graph_compare(ctx.g, TPU_CMP_LT, full(ctx.g, TPU_I64, sh, static_cast<double>(a)), len[0]);
     for (int64_t b = 0; b < longest[1]; b++) {
-      tpu_shape_t sw = shape_of(ctx.g, start[1]);
-      tpu_value_t cols = bin(ctx, TPU_OP_MIN, bin(ctx, TPU_OP_ADD, start[1], full(ctx.g, TPU_I64, sw, static_cast<double>(b))),
-                             full(ctx.g, TPU_I64, sw, static_cast<double>(p.in[1] - 1)));
+      tpu_value_t cols, col_ok;
+      window_tap(1, b, &cols, &col_ok);
       tpu_value_t v = gather_slices(ctx.g, xr, 2, cols);  // (P, OH, OW)
-      tpu_value_t col_ok = tpu_graph_compare(ctx.g, TPU_CMP_LT, full(ctx.g, TPU_I64, sw, static_cast<double>(b)), len[1]);
-      tpu_value_t ok = to_planes(ctx, outer(ctx, TPU_OP_AND, row_ok, col_ok), p);
-      v = tpu_graph_select(ctx.g, ok, v, ninf);
-      tpu_value_t nan = tpu_graph_compare(ctx.g, TPU_CMP_NE, v, v);
-      tpu_value_t take = tpu_graph_select(ctx.g, nan, nan, tpu_graph_compare(ctx.g, TPU_CMP_GT, v, best));
-      best = tpu_graph_select(ctx.g, take, v, best);
-      tap = tpu_graph_select(ctx.g, take, full(ctx.g, TPU_I32, o3, static_cast<double>(a * longest[1] + b)), tap);
+      v = tpu_graph_select(ctx.g, to_planes(ctx, outer(ctx, TPU_OP_AND, row_ok, col_ok), p), v, ninf);
+      running_max_step(ctx, v, a * longest[1] + b, &best, &tap);
     }
   }
   // index (start_h + t / KW) * W + start_w + t % KW
