@@ -570,3 +570,27 @@ def test_adaptive_max_pool2d_ties_nan_and_minus_inf_match_cpu():
     got = no_fallback(lambda: F.adaptive_max_pool2d(tpu(x), (2, 2), return_indices=True))
     assert torch.equal(got[1].cpu(), want[1])
     torch.testing.assert_close(got[0].cpu(), want[0], equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0])
+def test_embedding_max_norm_renormalizes_in_place(norm_type):
+    gen = torch.Generator().manual_seed(9)
+    weight = torch.randn(10, 4, generator=gen) * 2
+    idx = torch.tensor([[1, 3, 3], [7, 1, 0]])  # repeated rows are rescaled once
+    want_w = weight.clone()
+    want = F.embedding(idx, want_w, max_norm=1.5, norm_type=norm_type)
+    got_w = tpu(weight)
+    got = no_fallback(lambda: F.embedding(tpu(idx), got_w, max_norm=1.5, norm_type=norm_type))
+    torch.testing.assert_close(got_w.cpu(), want_w, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_embedding_module_with_max_norm_trains_like_cpu():
+    torch.manual_seed(0)
+    emb = nn.Embedding(12, 5, max_norm=1.0)
+    idx = torch.tensor([[0, 4, 4, 11], [2, 0, 7, 3]])
+
+    def fn(w):
+        return F.embedding(idx.to(w.device), w, max_norm=1.0).square().sum(-1)
+
+    compare(fn, emb.weight.detach() * 3, rtol=1e-5, atol=1e-5)

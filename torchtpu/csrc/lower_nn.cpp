@@ -1,7 +1,8 @@
 // lower_nn.cpp: lowerings of the neural-network ops models train with: softmax and
-// log_softmax (and backward), nll_loss and nll_loss2d (forward/backward: cross_entropy), the mse, smooth
-// L1 and Huber losses (forward/backward), layer norm (forward/backward), embedding
-// (index_select, embedding_dense_backward), tril/triu, arange, eye, linspace/logspace, cat.
+// log_softmax (and backward), nll_loss and nll_loss2d (forward/backward: cross_entropy), the
+// mse, smooth L1 and Huber losses (forward/backward), layer norm (forward/backward),
+// embedding (index_select, embedding_dense_backward, embedding_renorm_ for max_norm),
+// tril/triu, arange, eye, linspace/logspace, cat.
 //
 // Statistics (softmax sums, norms) are computed in f32 for bf16/f16 inputs. Index-taking
 // ops use gather/scatter with bounds checks: an out-of-range index is an IndexError at the
@@ -101,6 +102,40 @@ void embedding_dense_backward(LowerCtx &ctx) {
   a.kind = TPU_SCATTER_ADD;
   a.check_bounds = true;
   ctx.results = {tpu_graph_scatter(ctx.g, full(ctx.g, dt, table, 0), idx, g, &a)};
+}
+
+// embedding_renorm_(self, indices, max_norm, norm_type): nn.Embedding(max_norm=...) rescales
+// each looked-up row whose norm_type-norm exceeds max_norm by max_norm / (norm + 1e-7), in
+// place, as the CPU kernel does (the scale in f64, applied in the row's compute dtype). A
+// row looked up twice is written twice with the same values.
+void embedding_renorm(LowerCtx &ctx) {
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  const double max_norm = ctx.arg(2).toDouble(), p = ctx.arg(3).toDouble();
+  tpu_shape_t flat{1, {ctx.tensor(1).numel()}};
+  tpu_value_t idx = convert(ctx.g, tpu_graph_reshape(ctx.g, ctx.v(1), &flat), TPU_I64);
+  tpu_value_t rows = convert(ctx.g, gather_slices(ctx.g, ctx.v(0), 0, idx), dt);  // (N, D)
+  tpu_shape_t rs = shape_of(ctx.g, rows);
+  tpu_value_t mag = tpu_graph_unary(ctx.g, TPU_OP_ABS, rows);
+  tpu_value_t norm;
+  if (p == 2) {
+    norm = tpu_graph_unary(ctx.g, TPU_OP_SQRT, reduce_dims(ctx.g, TPU_REDUCE_SUM, bin(ctx, TPU_OP_MUL, mag, mag), {1}, false));
+  } else if (p == 1) {
+    norm = reduce_dims(ctx.g, TPU_REDUCE_SUM, mag, {1}, false);
+  } else {
+    tpu_value_t powered = bin(ctx, TPU_OP_POW, mag, full(ctx.g, dt, rs, p));
+    tpu_value_t sum = reduce_dims(ctx.g, TPU_REDUCE_SUM, powered, {1}, false);
+    norm = bin(ctx, TPU_OP_POW, sum, full(ctx.g, dt, shape_of(ctx.g, sum), 1.0 / p));
+  }
+  tpu_value_t wide = convert(ctx.g, norm, TPU_F64);
+  tpu_shape_t n1 = shape_of(ctx.g, wide);
+  tpu_value_t scale = bin(ctx, TPU_OP_DIV, full(ctx.g, TPU_F64, n1, max_norm),
+                          bin(ctx, TPU_OP_ADD, wide, full(ctx.g, TPU_F64, n1, 1e-7)));
+  tpu_value_t over = tpu_graph_compare(ctx.g, TPU_CMP_GT, wide, full(ctx.g, TPU_F64, n1, max_norm));
+  scale = convert(ctx.g, tpu_graph_select(ctx.g, over, scale, full(ctx.g, TPU_F64, n1, 1)), dt);
+  int64_t along_rows[1] = {0};
+  rows = bin(ctx, TPU_OP_MUL, rows, tpu_graph_broadcast_in_dim(ctx.g, scale, &rs, along_rows));
+  tpu_value_t updates = convert(ctx.g, rows, ctx.out_dtype());
+  ctx.results = {scatter_slices(ctx.g, ctx.v(0), 0, idx, updates, false)};
 }
 
 // ---- nll_loss (cross_entropy = log_softmax + nll_loss) ---------------------------------------
@@ -517,6 +552,7 @@ LoweringRegistrar registrar({
     {"index_select", index_select},
     {"index_select.out", index_select},
     {"embedding_dense_backward", embedding_dense_backward},
+    {"embedding_renorm_", embedding_renorm},
     {"nll_loss_forward.output", nll_loss_forward},
     {"nll_loss_backward.grad_input", nll_loss_backward},
     {"nll_loss2d_forward", nll_loss_forward},
