@@ -27,8 +27,8 @@ EluCoefs elu_coefs(LowerCtx &ctx, const Ew &E, size_t first) {
 // elu.out(self, alpha, scale, input_scale, out):
 //   x <= 0 ? expm1(x * input_scale) * alpha * scale : x * scale
 void elu_out(LowerCtx &ctx) {
-  Ew E = ew_for_result(ctx);
-  tpu_value_t x = operand(ctx, 0, E.dt, E.shape);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   EluCoefs c = elu_coefs(ctx, E, 1);
   tpu_value_t neg = E.mul(E.un(TPU_OP_EXPM1, E.mul(x, c.input)), c.neg);
   ctx.results = {E.sel(E.cmp(TPU_CMP_LE, x, E.k(0)), neg, E.mul(x, c.pos))};
@@ -86,11 +86,9 @@ void glu_backward(LowerCtx &ctx) {
 
 // hardtanh(self, min_val, max_val): clamp, keeping NaN and -0 as the CPU does.
 void hardtanh(LowerCtx &ctx) {
-  Ew E = ew_for_result(ctx);
-  tpu_value_t x = operand(ctx, 0, E.dt, E.shape);
-  tpu_value_t lo = operand(ctx, 1, E.dt, E.shape), hi = operand(ctx, 2, E.dt, E.shape);
-  x = E.sel(E.cmp(TPU_CMP_LT, x, lo), lo, x);
-  ctx.results = {E.sel(E.cmp(TPU_CMP_GT, x, hi), hi, x)};
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
+  ctx.results = {E.clamp(x, operand(ctx, 1, E.dt, E.shape), operand(ctx, 2, E.dt, E.shape))};
 }
 
 // hardtanh_backward(grad_output, self, min_val, max_val): x <= min || x >= max ? 0 : dy
@@ -103,16 +101,12 @@ void hardtanh_backward(LowerCtx &ctx) {
 }
 
 // min(max(x + 3, 0), 6), NaN kept
-tpu_value_t relu6_of_x_plus_3(const Ew &E, tpu_value_t x) {
-  tpu_value_t t = E.add(x, E.k(3));
-  t = E.sel(E.cmp(TPU_CMP_LT, t, E.k(0)), E.k(0), t);
-  return E.sel(E.cmp(TPU_CMP_GT, t, E.k(6)), E.k(6), t);
-}
+tpu_value_t relu6_of_x_plus_3(const Ew &E, tpu_value_t x) { return E.clamp(E.add(x, E.k(3)), E.k(0), E.k(6)); }
 
 // hardswish(self): x * min(max(x + 3, 0), 6) / 6
 void hardswish(LowerCtx &ctx) {
-  Ew E = ew_for_result(ctx);
-  tpu_value_t x = operand(ctx, 0, E.dt, E.shape);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   ctx.results = {E.div(E.mul(x, relu6_of_x_plus_3(E, x)), E.k(6))};
 }
 
@@ -127,8 +121,9 @@ void hardswish_backward(LowerCtx &ctx) {
 
 // hardsigmoid.out(self): min(max(x + 3, 0), 6) / 6
 void hardsigmoid(LowerCtx &ctx) {
-  Ew E = ew_for_result(ctx);
-  ctx.results = {E.div(relu6_of_x_plus_3(E, operand(ctx, 0, E.dt, E.shape)), E.k(6))};
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
+  ctx.results = {E.div(relu6_of_x_plus_3(E, x), E.k(6))};
 }
 
 // hardsigmoid_backward(grad_output, self): -3 < x < 3 ? dy / 6 : 0
@@ -141,8 +136,8 @@ void hardsigmoid_backward(LowerCtx &ctx) {
 
 // mish.out(self): x * tanh(log1p(exp(x))) (its backward is a composite of native ops)
 void mish(LowerCtx &ctx) {
-  Ew E = ew_for_result(ctx);
-  tpu_value_t x = operand(ctx, 0, E.dt, E.shape);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   ctx.results = {E.mul(x, E.un(TPU_OP_TANH, E.un(TPU_OP_LOG1P, E.un(TPU_OP_EXP, x))))};
 }
 
@@ -176,8 +171,8 @@ void shrink_backward(LowerCtx &ctx) {
 // threshold.out(self, threshold, value): x <= threshold ? value : x. In the input's own
 // dtype (integers compare exactly).
 void threshold(LowerCtx &ctx) {
-  Ew E = ew_for_result(ctx);
-  tpu_value_t x = operand(ctx, 0, E.dt, E.shape);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   tpu_value_t t = operand(ctx, 1, E.dt, E.shape), v = operand(ctx, 2, E.dt, E.shape);
   ctx.results = {E.sel(E.cmp(TPU_CMP_LE, x, t), v, x)};
 }
@@ -189,13 +184,10 @@ double logit_eps(const LowerCtx &ctx, size_t arg) {
 
 // logit(self, eps): log(z / (1 - z)), z = x clamped to [eps, 1 - eps] when eps is given
 void logit(LowerCtx &ctx) {
-  Ew E = ew_for_result(ctx);
-  tpu_value_t z = operand(ctx, 0, E.dt, E.shape);
+  Ew E;
+  tpu_value_t z = unary_input(ctx, &E);
   const double eps = logit_eps(ctx, 1);
-  if (eps >= 0) {
-    z = E.sel(E.cmp(TPU_CMP_LT, z, E.k(eps)), E.k(eps), z);
-    z = E.sel(E.cmp(TPU_CMP_GT, z, E.k(1 - eps)), E.k(1 - eps), z);
-  }
+  if (eps >= 0) z = E.clamp(z, E.k(eps), E.k(1 - eps));
   ctx.results = {E.un(TPU_OP_LOG, E.div(z, E.sub(E.k(1), z)))};
 }
 

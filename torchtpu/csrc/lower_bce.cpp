@@ -7,6 +7,7 @@
 // read of the flag (CUDA asserts on the device instead), so a bad input raises PyTorch's
 // error at the call.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/stack.h>
 #include <torch/library.h>
 
 #include "eager.h"
@@ -32,13 +33,7 @@ void bce_forward(LowerCtx &ctx) {
   tpu_value_t log_x = E.op(TPU_OP_MAX, E.un(TPU_OP_LOG, x), E.k(kLogFloor));
   tpu_value_t log_1mx = E.op(TPU_OP_MAX, E.un(TPU_OP_LOG1P, E.un(TPU_OP_NEG, x)), E.k(kLogFloor));
   tpu_value_t loss = E.sub(E.mul(E.sub(y, E.k(1)), log_1mx), E.mul(y, log_x));
-  loss = weighted(ctx, E, loss, 2);
-  const int64_t reduction = ctx.arg(3).toInt();  // 0 none, 1 mean, 2 sum
-  if (reduction != 0) {
-    loss = reduce_dims(ctx.g, TPU_REDUCE_SUM, loss, {}, false);
-    if (reduction == 1) loss = E.div(loss, full(ctx.g, dt, tpu_shape_t{}, static_cast<double>(numel(in))));
-  }
-  ctx.results = {loss};
+  ctx.results = {reduce_loss(ctx.g, weighted(ctx, E, loss, 2), ctx.arg(3).toInt())};
 }
 
 // binary_cross_entropy_backward(grad_output, self, target, weight?, reduction)
@@ -52,10 +47,8 @@ void bce_backward(LowerCtx &ctx) {
   ctx.results = {grad};
 }
 
-// True when every element of |t| is in [0, 1] (a synchronizing read).
-bool in_unit_interval(const at::Tensor &t) {
-  return t.numel() == 0 || t.ge(0).logical_and(t.le(1)).all().item<bool>();
-}
+// A 0-D bool on the chip: every element of |t| is in [0, 1] (true when empty).
+at::Tensor in_unit_interval(const at::Tensor &t) { return t.ge(0).logical_and(t.le(1)).all(); }
 
 void bce_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   if (native_disabled()) {
@@ -63,8 +56,10 @@ void bce_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     return;
   }
   auto args = torch::jit::last(*stack, op.schema().arguments().size());
-  TORCH_CHECK(in_unit_interval(args[0].toTensor()), "all elements of input should be between 0 and 1");
-  TORCH_CHECK(in_unit_interval(args[1].toTensor()), "all elements of target should be between 0 and 1");
+  // both flags in one synchronizing read
+  const at::Tensor flags = at::stack({in_unit_interval(args[0].toTensor()), in_unit_interval(args[1].toTensor())}).cpu();
+  TORCH_CHECK(flags[0].item<bool>(), "all elements of input should be between 0 and 1");
+  TORCH_CHECK(flags[1].item<bool>(), "all elements of target should be between 0 and 1");
   run_native(op, stack);
 }
 

@@ -208,12 +208,6 @@ void clamp_max_out(LowerCtx &ctx) { clamp_impl(ctx, -1, 1); }
 
 // ---- unary math ----------------------------------------------------------------------------
 
-// Unary op computed in the output dtype's compute type.
-tpu_value_t unary_input(LowerCtx &ctx, Ew *B) {
-  *B = ew_for_result(ctx);
-  return operand(ctx, 0, B->dt, B->shape);
-}
-
 template <tpu_op_t OP>
 void unary_out(LowerCtx &ctx) {
   Ew B;
@@ -459,6 +453,7 @@ LoweringRegistrar registrar({
     {"sigmoid.out", unary_out<TPU_OP_LOGISTIC>},
     {"sin.out", unary_out<TPU_OP_SIN>},
     {"cos.out", unary_out<TPU_OP_COS>},
+    {"tan.out", unary_out<TPU_OP_TAN>},
     {"erf.out", unary_out<TPU_OP_ERF>},
     {"floor.out", unary_out<TPU_OP_FLOOR>},
     {"ceil.out", unary_out<TPU_OP_CEIL>},

@@ -34,11 +34,22 @@ struct Ew {
   tpu_value_t mul(tpu_value_t a, tpu_value_t b) const { return op(TPU_OP_MUL, a, b); }
   tpu_value_t div(tpu_value_t a, tpu_value_t b) const { return op(TPU_OP_DIV, a, b); }
   tpu_value_t isnan(tpu_value_t a) const { return cmp(TPU_CMP_NE, a, a); }
+  // x clamped to [lo, hi] by selects, so that a NaN or -0.0 in x stays as it is
+  tpu_value_t clamp(tpu_value_t x, tpu_value_t lo, tpu_value_t hi) const {
+    x = sel(cmp(TPU_CMP_LT, x, lo), lo, x);
+    return sel(cmp(TPU_CMP_GT, x, hi), hi, x);
+  }
 };
 
 // The builder for result |i| of |ctx|: its compute dtype (f32 for bf16/f16) and shape.
 inline Ew ew_for_result(const LowerCtx &ctx, size_t i = 0) {
   return Ew{ctx.g, compute_dtype(ctx.out_dtype(i)), ctx.out_shape(i)};
+}
+
+// A unary op's builder (*E, for result 0) and its argument 0 in E's dtype and shape.
+inline tpu_value_t unary_input(LowerCtx &ctx, Ew *E) {
+  *E = ew_for_result(ctx);
+  return operand(ctx, 0, E->dt, E->shape);
 }
 
 }  // namespace torchtpu

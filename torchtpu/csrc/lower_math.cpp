@@ -1,6 +1,6 @@
 // lower_math.cpp: lowerings of torch's elementwise math functions that the IR has no single op
 // for, composed from the ones it has (the way XLA's client library builds them):
-//   trigonometric and hyperbolic: tan, atan, asin, acos, sinh, cosh, asinh, acosh, atanh, sinc
+//   trigonometric and hyperbolic: atan, asin, acos, sinh, cosh, asinh, acosh, atanh, sinc
 //   exponents and logs: exp2, log10, logaddexp, logaddexp2; erfinv
 //   float classification and repair: signbit, copysign, nan_to_num, frac, fmax, fmin,
 //   heaviside, hypot, round(decimals=)
@@ -28,16 +28,6 @@ constexpr double kHyperbolicLarge = 20;
 // are log(|x|) + log(2) (and x^2 would overflow for large enough x).
 constexpr double kSquareNegligible = 1e8;
 
-// Unary op on argument 0 in the result's compute dtype.
-struct OneArg {
-  Ew E;
-  tpu_value_t x;
-};
-OneArg unary(LowerCtx &ctx) {
-  Ew E = ew_for_result(ctx);
-  return {E, operand(ctx, 0, E.dt, E.shape)};
-}
-
 // true where the sign bit of |x| is set (-0.0 and negative NaNs included)
 tpu_value_t sign_bit(const Ew &E, tpu_value_t x) {
   tpu_dtype_t dt = dtype_of(E.g, x);
@@ -63,13 +53,9 @@ tpu_value_t half_exp_large(const Ew &E, tpu_value_t a) {
   return E.mul(E.mul(h, E.k(0.5)), h);
 }
 
-void tan_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
-  ctx.results = {E.un(TPU_OP_TAN, x)};
-}
-
 void atan_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   ctx.results = {E.op(TPU_OP_ATAN2, x, E.k(1))};
 }
 
@@ -79,18 +65,21 @@ tpu_value_t cos_of_asin(const Ew &E, tpu_value_t x) {
 }
 
 void asin_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   ctx.results = {E.op(TPU_OP_ATAN2, x, cos_of_asin(E, x))};
 }
 
 void acos_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   ctx.results = {E.op(TPU_OP_ATAN2, cos_of_asin(E, x), x)};
 }
 
 // sinh(|x|) = (e + e / (e + 1)) / 2 with e = expm1(|x|) (no cancellation near 0), signed
 void sinh_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   tpu_value_t a = E.un(TPU_OP_ABS, x);
   tpu_value_t e = E.un(TPU_OP_EXPM1, a);
   tpu_value_t r = E.mul(E.k(0.5), E.add(e, E.div(e, E.add(e, E.k(1)))));
@@ -99,7 +88,8 @@ void sinh_out(LowerCtx &ctx) {
 }
 
 void cosh_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   tpu_value_t a = E.un(TPU_OP_ABS, x);
   tpu_value_t e = E.un(TPU_OP_EXP, a);
   tpu_value_t r = E.mul(E.k(0.5), E.add(e, E.div(E.k(1), e)));
@@ -111,7 +101,8 @@ tpu_value_t log_2x(const Ew &E, tpu_value_t x) { return E.add(E.un(TPU_OP_LOG, x
 
 // asinh(|x|) = log1p(a + a^2 / (1 + sqrt(1 + a^2))), signed
 void asinh_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   tpu_value_t a = E.un(TPU_OP_ABS, x);
   tpu_value_t a2 = E.mul(a, a);
   tpu_value_t r = E.un(TPU_OP_LOG1P,
@@ -122,7 +113,8 @@ void asinh_out(LowerCtx &ctx) {
 
 // acosh(x) = log1p((x - 1) + sqrt((x - 1)(x + 1))); NaN below 1
 void acosh_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   tpu_value_t xm1 = E.sub(x, E.k(1));
   tpu_value_t r = E.un(TPU_OP_LOG1P, E.add(xm1, E.un(TPU_OP_SQRT, E.mul(xm1, E.add(x, E.k(1))))));
   r = E.sel(E.cmp(TPU_CMP_GT, x, E.k(kSquareNegligible)), log_2x(E, x), r);
@@ -131,7 +123,8 @@ void acosh_out(LowerCtx &ctx) {
 
 // atanh(|x|) = log1p(2a / (1 - a)) / 2, signed (inf at 1, NaN past it)
 void atanh_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   tpu_value_t a = E.un(TPU_OP_ABS, x);
   tpu_value_t r = E.mul(E.k(0.5), E.un(TPU_OP_LOG1P, E.div(E.mul(E.k(2), a), E.sub(E.k(1), a))));
   ctx.results = {copy_sign(E, r, x)};
@@ -139,18 +132,21 @@ void atanh_out(LowerCtx &ctx) {
 
 // sinc(x) = sin(pi x) / (pi x), 1 at 0
 void sinc_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   tpu_value_t px = E.mul(x, E.k(kPi));
   ctx.results = {E.sel(E.cmp(TPU_CMP_EQ, x, E.k(0)), E.k(1), E.div(E.un(TPU_OP_SIN, px), px))};
 }
 
 void exp2_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   ctx.results = {E.op(TPU_OP_POW, E.k(2), x)};
 }
 
 void log10_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   ctx.results = {E.div(E.un(TPU_OP_LOG, x), E.k(kLn10))};
 }
 
@@ -167,7 +163,8 @@ tpu_value_t polynomial(const Ew &E, tpu_value_t w, std::initializer_list<double>
 // point: two for f32, three to bring f64 to full precision in the tails. +-inf at +-1, NaN
 // beyond.
 void erfinv_out(LowerCtx &ctx) {
-  auto [E, y] = unary(ctx);
+  Ew E;
+  tpu_value_t y = unary_input(ctx, &E);
   tpu_value_t w = E.un(TPU_OP_NEG, E.un(TPU_OP_LOG, E.mul(E.sub(E.k(1), y), E.add(E.k(1), y))));
   tpu_value_t central = polynomial(E, E.sub(w, E.k(2.5)),
                                    {2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
@@ -238,7 +235,8 @@ double max_finite(tpu_dtype_t dt) {
 // nan_to_num(self, nan, posinf, neginf): the replacements default to 0 and the dtype's
 // largest and lowest finite values; integers are returned as they are.
 void nan_to_num_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   tpu_dtype_t dt = ctx.out_dtype();
   if (!tpu_dtype_is_float(dt)) {
     ctx.results = {x};
@@ -255,7 +253,8 @@ void nan_to_num_out(LowerCtx &ctx) {
 
 // frac(x) = x - trunc(x)
 void frac_out(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   tpu_value_t t = E.sel(E.cmp(TPU_CMP_LT, x, E.k(0)), E.un(TPU_OP_CEIL, x), E.un(TPU_OP_FLOOR, x));
   ctx.results = {E.sub(x, t)};
 }
@@ -293,7 +292,8 @@ void hypot_out(LowerCtx &ctx) {
 // round.decimals_out(self, decimals, out): round half to even at 10^-decimals, as ATen:
 // rint(x * 10^d) / 10^d, or for negative d rint(x / 10^-d) * 10^-d.
 void round_decimals(LowerCtx &ctx) {
-  auto [E, x] = unary(ctx);
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
   const int64_t d = ctx.arg(1).toInt();
   if (!tpu_dtype_is_float(E.dt)) throw Unsupported("round with decimals of an integer tensor");
   tpu_value_t p = E.k(std::pow(10.0, static_cast<double>(d < 0 ? -d : d)));
@@ -303,7 +303,6 @@ void round_decimals(LowerCtx &ctx) {
 }
 
 LoweringRegistrar registrar({
-    {"tan.out", tan_out},
     {"atan.out", atan_out},
     {"asin.out", asin_out},
     {"acos.out", acos_out},

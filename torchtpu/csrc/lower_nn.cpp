@@ -115,18 +115,7 @@ void embedding_renorm(LowerCtx &ctx) {
   tpu_value_t idx = convert(ctx.g, tpu_graph_reshape(ctx.g, ctx.v(1), &flat), TPU_I64);
   tpu_value_t rows = convert(ctx.g, gather_slices(ctx.g, ctx.v(0), 0, idx), dt);  // (N, D)
   tpu_shape_t rs = shape_of(ctx.g, rows);
-  tpu_value_t mag = tpu_graph_unary(ctx.g, TPU_OP_ABS, rows);
-  tpu_value_t norm;
-  if (p == 2) {
-    norm = tpu_graph_unary(ctx.g, TPU_OP_SQRT, reduce_dims(ctx.g, TPU_REDUCE_SUM, bin(ctx, TPU_OP_MUL, mag, mag), {1}, false));
-  } else if (p == 1) {
-    norm = reduce_dims(ctx.g, TPU_REDUCE_SUM, mag, {1}, false);
-  } else {
-    tpu_value_t powered = bin(ctx, TPU_OP_POW, mag, full(ctx.g, dt, rs, p));
-    tpu_value_t sum = reduce_dims(ctx.g, TPU_REDUCE_SUM, powered, {1}, false);
-    norm = bin(ctx, TPU_OP_POW, sum, full(ctx.g, dt, shape_of(ctx.g, sum), 1.0 / p));
-  }
-  tpu_value_t wide = convert(ctx.g, norm, TPU_F64);
+  tpu_value_t wide = convert(ctx.g, vector_norm(ctx.g, rows, dt, p, {1}, false), TPU_F64);  // (N)
   tpu_shape_t n1 = shape_of(ctx.g, wide);
   tpu_value_t scale = bin(ctx, TPU_OP_DIV, full(ctx.g, TPU_F64, n1, max_norm),
                           bin(ctx, TPU_OP_ADD, wide, full(ctx.g, TPU_F64, n1, 1e-7)));
@@ -251,15 +240,6 @@ void nll_loss_backward(LowerCtx &ctx) {
 
 // ---- regression losses -----------------------------------------------------------------------
 
-// The loss reduction of mse/smooth_l1/huber: 0 none, 1 mean, 2 sum.
-tpu_value_t reduce_loss(LowerCtx &ctx, tpu_value_t loss, int64_t reduction) {
-  if (reduction == 0) return loss;
-  tpu_dtype_t dt = dtype_of(ctx.g, loss);
-  double n = static_cast<double>(numel(shape_of(ctx.g, loss)));
-  tpu_value_t sum = reduce_dims(ctx.g, TPU_REDUCE_SUM, loss, {}, false);
-  return reduction == 1 ? bin(ctx, TPU_OP_DIV, sum, full(ctx.g, dt, tpu_shape_t{}, n)) : sum;
-}
-
 // self - target of a loss (arguments 0 and 1), in the compute dtype; no broadcasting
 // (PyTorch warns and broadcasts: that case runs on the CPU fallback).
 tpu_value_t loss_diff(LowerCtx &ctx) {
@@ -273,7 +253,7 @@ tpu_value_t loss_diff(LowerCtx &ctx) {
 // mse_loss.out(self, target, reduction): (x - y)^2, reduced (0 none, 1 mean, 2 sum).
 void mse_loss_out(LowerCtx &ctx) {
   tpu_value_t d = loss_diff(ctx);
-  ctx.results = {reduce_loss(ctx, bin(ctx, TPU_OP_MUL, d, d), ctx.arg(2).toInt())};
+  ctx.results = {reduce_loss(ctx.g, bin(ctx, TPU_OP_MUL, d, d), ctx.arg(2).toInt())};
 }
 
 // mse_loss_backward(grad_output, self, target, reduction): 2 (x - y) g (/ n for mean)
@@ -302,7 +282,7 @@ void smooth_l1_loss_out(LowerCtx &ctx) {
     tpu_value_t lin = bin(ctx, TPU_OP_SUB, z, full(ctx.g, dt, s, 0.5 * beta));
     loss = tpu_graph_select(ctx.g, tpu_graph_compare(ctx.g, TPU_CMP_LT, z, b), quad, lin);
   }
-  ctx.results = {reduce_loss(ctx, loss, ctx.arg(2).toInt())};
+  ctx.results = {reduce_loss(ctx.g, loss, ctx.arg(2).toInt())};
 }
 
 // huber_loss.out(self, target, reduction, delta): z < delta ? 0.5 z^2 : delta (z - 0.5 delta).
@@ -315,7 +295,7 @@ void huber_loss_out(LowerCtx &ctx) {
   tpu_value_t lin = bin(ctx, TPU_OP_MUL, full(ctx.g, dt, s, delta),
                         bin(ctx, TPU_OP_SUB, z, full(ctx.g, dt, s, 0.5 * delta)));
   tpu_value_t loss = tpu_graph_select(ctx.g, tpu_graph_compare(ctx.g, TPU_CMP_LT, z, full(ctx.g, dt, s, delta)), quad, lin);
-  ctx.results = {reduce_loss(ctx, loss, ctx.arg(2).toInt())};
+  ctx.results = {reduce_loss(ctx.g, loss, ctx.arg(2).toInt())};
 }
 
 // The backward of smooth_l1 and huber losses (grad_output, self, target, reduction, beta or
@@ -473,9 +453,7 @@ void arange_presize(const std::vector<c10::IValue> &args) {
 // eye.out(n) / eye.m_out(n, m): 1 on the main diagonal.
 void eye_out(LowerCtx &ctx) {
   tpu_shape_t s = ctx.out_shape();
-  tpu_value_t diag = tpu_graph_compare(ctx.g, TPU_CMP_EQ, tpu_graph_iota(ctx.g, TPU_I64, &s, 0),
-                                       tpu_graph_iota(ctx.g, TPU_I64, &s, 1));
-  ctx.results = {convert(ctx.g, diag, ctx.out_dtype())};
+  ctx.results = {convert(ctx.g, main_diagonal(ctx.g, s), ctx.out_dtype())};
 }
 
 // torch.eye hands eye.out / eye.m_out an empty out=: sized here, as its kernel would

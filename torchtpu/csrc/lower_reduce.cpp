@@ -168,33 +168,10 @@ void logsumexp_out(LowerCtx &ctx) {  // (self, dim[], keepdim)
   ctx.results = {tpu_graph_reshape(ctx.g, r, &out)};
 }
 
-// The |ord|-norm of |x| (any dtype; computed in the result's compute dtype |dt|) over dims.
-tpu_value_t vector_norm(LowerCtx &ctx, tpu_value_t x, tpu_dtype_t dt, double ord,
-                        const std::vector<int64_t> &dims, bool keep) {
-  x = tpu_graph_unary(ctx.g, TPU_OP_ABS, convert(ctx.g, x, dt));
-  tpu_value_t r;
-  if (std::isinf(ord)) {
-    r = reduce_dims(ctx.g, ord > 0 ? TPU_REDUCE_MAX : TPU_REDUCE_MIN, x, dims, keep);
-  } else if (ord == 0) {
-    tpu_value_t nz = tpu_graph_compare(ctx.g, TPU_CMP_NE, x, full(ctx.g, dt, shape_of(ctx.g, x), 0));
-    r = reduce_dims(ctx.g, TPU_REDUCE_SUM, convert(ctx.g, nz, dt), dims, keep);
-  } else if (ord == 1) {
-    r = reduce_dims(ctx.g, TPU_REDUCE_SUM, x, dims, keep);
-  } else if (ord == 2) {
-    r = reduce_dims(ctx.g, TPU_REDUCE_SUM, tpu_graph_binary(ctx.g, TPU_OP_MUL, x, x), dims, keep);
-    r = tpu_graph_unary(ctx.g, TPU_OP_SQRT, r);
-  } else {
-    tpu_value_t p = tpu_graph_binary(ctx.g, TPU_OP_POW, x, full(ctx.g, dt, shape_of(ctx.g, x), ord));
-    r = reduce_dims(ctx.g, TPU_REDUCE_SUM, p, dims, keep);
-    r = tpu_graph_binary(ctx.g, TPU_OP_POW, r, full(ctx.g, dt, shape_of(ctx.g, r), 1.0 / ord));
-  }
-  return r;
-}
-
 // linalg_vector_norm.out(self, ord (static), dim?, keepdim, dtype?)
 void vector_norm_out(LowerCtx &ctx) {
   double ord = ctx.arg(1).toScalar().toDouble();
-  ctx.results = {vector_norm(ctx, ctx.v(0), compute_dtype(ctx.out_dtype()), ord, dims_arg(ctx, 2),
+  ctx.results = {vector_norm(ctx.g, ctx.v(0), compute_dtype(ctx.out_dtype()), ord, dims_arg(ctx, 2),
                              bool_arg(ctx, 3))};
 }
 
@@ -205,7 +182,7 @@ void norm_out(LowerCtx &ctx) {
   const double p = ctx.arg(1).isNone() ? 2.0 : ctx.arg(1).toScalar().toDouble();
   const bool over_dims = ctx.args->size() > 3 && ctx.arg(3).isBool();
   std::vector<int64_t> dims = over_dims ? dims_arg(ctx, 2) : std::vector<int64_t>{};
-  ctx.results = {vector_norm(ctx, ctx.v(0), compute_dtype(ctx.out_dtype()), p, dims,
+  ctx.results = {vector_norm(ctx.g, ctx.v(0), compute_dtype(ctx.out_dtype()), p, dims,
                              over_dims && bool_arg(ctx, 3))};
 }
 
@@ -241,9 +218,7 @@ void trace(LowerCtx &ctx) {
   tpu_value_t x = convert(ctx.g, ctx.v(0), ctx.out_dtype());
   tpu_shape_t s = shape_of(ctx.g, x);
   if (s.rank != 2) throw Unsupported("trace of a tensor that is not a matrix");
-  tpu_value_t diag = tpu_graph_compare(ctx.g, TPU_CMP_EQ, tpu_graph_iota(ctx.g, TPU_I64, &s, 0),
-                                       tpu_graph_iota(ctx.g, TPU_I64, &s, 1));
-  x = tpu_graph_select(ctx.g, diag, x, full(ctx.g, dtype_of(ctx.g, x), s, 0));
+  x = tpu_graph_select(ctx.g, main_diagonal(ctx.g, s), x, full(ctx.g, dtype_of(ctx.g, x), s, 0));
   ctx.results = {reduce_dims(ctx.g, TPU_REDUCE_SUM, x, {}, false)};
 }
 

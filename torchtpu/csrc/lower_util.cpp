@@ -1,5 +1,7 @@
 // lower_util.cpp: helpers every lowering uses (dtype and shape conversion, broadcasting,
 // constants, reductions over PyTorch-style dims). See native.h.
+#include <cmath>
+
 #include "native.h"
 
 #include <algorithm>
@@ -159,6 +161,37 @@ tpu_value_t dim_first(tpu_graph_t *g, tpu_value_t v, int64_t dim) {
     if (d != dim) perm[k++] = d;
   }
   return tpu_graph_transpose(g, v, perm);
+}
+
+tpu_value_t vector_norm(tpu_graph_t *g, tpu_value_t x, tpu_dtype_t dt, double ord,
+                        c10::IntArrayRef dims, bool keepdim) {
+  x = tpu_graph_unary(g, TPU_OP_ABS, convert(g, x, dt));
+  if (std::isinf(ord)) return reduce_dims(g, ord > 0 ? TPU_REDUCE_MAX : TPU_REDUCE_MIN, x, dims, keepdim);
+  if (ord == 0) {
+    tpu_value_t nz = tpu_graph_compare(g, TPU_CMP_NE, x, full(g, dt, shape_of(g, x), 0));
+    return reduce_dims(g, TPU_REDUCE_SUM, convert(g, nz, dt), dims, keepdim);
+  }
+  if (ord == 1) return reduce_dims(g, TPU_REDUCE_SUM, x, dims, keepdim);
+  if (ord == 2) {
+    tpu_value_t r = reduce_dims(g, TPU_REDUCE_SUM, tpu_graph_binary(g, TPU_OP_MUL, x, x), dims, keepdim);
+    return tpu_graph_unary(g, TPU_OP_SQRT, r);
+  }
+  tpu_value_t p = tpu_graph_binary(g, TPU_OP_POW, x, full(g, dt, shape_of(g, x), ord));
+  tpu_value_t r = reduce_dims(g, TPU_REDUCE_SUM, p, dims, keepdim);
+  return tpu_graph_binary(g, TPU_OP_POW, r, full(g, dt, shape_of(g, r), 1.0 / ord));
+}
+
+tpu_value_t reduce_loss(tpu_graph_t *g, tpu_value_t loss, int64_t reduction) {
+  if (reduction == 0) return loss;
+  tpu_dtype_t dt = dtype_of(g, loss);
+  double n = static_cast<double>(numel(shape_of(g, loss)));
+  tpu_value_t sum = reduce_dims(g, TPU_REDUCE_SUM, loss, {}, false);
+  return reduction == 1 ? tpu_graph_binary(g, TPU_OP_DIV, sum, full(g, dt, tpu_shape_t{}, n)) : sum;
+}
+
+tpu_value_t main_diagonal(tpu_graph_t *g, const tpu_shape_t &shape) {
+  return tpu_graph_compare(g, TPU_CMP_EQ, tpu_graph_iota(g, TPU_I64, &shape, shape.rank - 2),
+                           tpu_graph_iota(g, TPU_I64, &shape, shape.rank - 1));
 }
 
 tpu_dtype_t compute_dtype(tpu_dtype_t t) {

@@ -166,6 +166,14 @@ tpu_value_t scatter_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value
                            tpu_value_t updates, bool add);
 // (..., L at dim, ...) -> (L, ...): moves |dim| to the front.
 tpu_value_t dim_first(tpu_graph_t *g, tpu_value_t v, int64_t dim);
+// The |ord|-norm of |x| (converted to |dt| first) over |dims| (all when empty): max/min
+// of |x| for +-inf, the count of non-zeros for 0, else (sum |x|^ord)^(1/ord).
+tpu_value_t vector_norm(tpu_graph_t *g, tpu_value_t x, tpu_dtype_t dt, double ord,
+                        c10::IntArrayRef dims, bool keepdim);
+// A loss's reduction: 0 none, 1 mean (over all elements), 2 sum.
+tpu_value_t reduce_loss(tpu_graph_t *g, tpu_value_t loss, int64_t reduction);
+// (rows, cols) bool of |shape|'s last two dims: true on the main diagonal.
+tpu_value_t main_diagonal(tpu_graph_t *g, const tpu_shape_t &shape);
 // Normalizes a possibly negative dim for a rank-|rank| tensor.
 int64_t wrap_dim(int64_t dim, int64_t rank);
 // The compute dtype for elementwise math on |t|: f32 for bf16/f16 (TPU vector units
