@@ -7,6 +7,7 @@
 // the engine rounds the result to the output dtype once.
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/result_type.h>
 
 #include <cmath>
 
@@ -61,6 +62,19 @@ void fmod_out(LowerCtx &ctx) { binary_simple(ctx, TPU_OP_REM); }
 void bitwise_and_out(LowerCtx &ctx) { binary_simple(ctx, TPU_OP_AND); }
 void bitwise_or_out(LowerCtx &ctx) { binary_simple(ctx, TPU_OP_OR); }
 void bitwise_xor_out(LowerCtx &ctx) { binary_simple(ctx, TPU_OP_XOR); }
+// by a negative or too large amount: 0, or the sign fill (the kernels' rule is PyTorch's).
+// Shifts of float or bool tensors raise NotImplementedError as on CPU and CUDA, before the
+// meta kernel's RuntimeError (a presize hook runs first).
+void shift_check(const std::vector<c10::IValue> &args) {
+  const c10::IValue &a = args[0], &b = args[1];
+  at::ScalarType t = !a.isTensor()  ? at::result_type(b.toTensor(), a.toScalar())
+                     : b.isTensor() ? at::result_type(a.toTensor(), b.toTensor())
+                                    : at::result_type(a.toTensor(), b.toScalar());
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(t, /*includeBool=*/false), "\"shift_tpu\" not implemented for '",
+                              c10::toString(t), "'");
+}
+void shift_left(LowerCtx &ctx) { binary_simple(ctx, TPU_OP_SHIFT_LEFT); }
+void shift_right(LowerCtx &ctx) { binary_simple(ctx, TPU_OP_SHIFT_RIGHT); }
 
 // pow: float results come from the output dtype (int ** negative float -> float).
 void pow_out(LowerCtx &ctx) {
@@ -69,14 +83,16 @@ void pow_out(LowerCtx &ctx) {
   ctx.results = {B.op(TPU_OP_POW, x, y)};
 }
 
-// xlogy(x, y) = x * log(y), 0 where x == 0, NaN where y is NaN (PyTorch's definition);
-// the result is float even for integer operands.
-void xlogy_out(LowerCtx &ctx) {
+// xlogy(x, y) = x * log(y) and special.xlog1py(x, y) = x * log1p(y): 0 where x == 0, NaN
+// where y is NaN (PyTorch's definition); the result is float even for integer operands.
+void x_times_log(LowerCtx &ctx, tpu_op_t log_op) {
   Ew B = ew_for_result(ctx);
   tpu_value_t x = operand(ctx, 0, B.dt, B.shape), y = operand(ctx, 1, B.dt, B.shape);
-  tpu_value_t r = B.sel(B.cmp(TPU_CMP_EQ, x, B.k(0)), B.k(0), B.op(TPU_OP_MUL, x, B.un(TPU_OP_LOG, y)));
+  tpu_value_t r = B.sel(B.cmp(TPU_CMP_EQ, x, B.k(0)), B.k(0), B.op(TPU_OP_MUL, x, B.un(log_op, y)));
   ctx.results = {B.sel(B.cmp(TPU_CMP_NE, y, y), y, r)};
 }
+void xlogy_out(LowerCtx &ctx) { x_times_log(ctx, TPU_OP_LOG); }
+void xlog1py_out(LowerCtx &ctx) { x_times_log(ctx, TPU_OP_LOG1P); }
 
 // Python-style remainder: the sign follows the divisor.
 void remainder_out(LowerCtx &ctx) {
@@ -391,6 +407,24 @@ void masked_fill(LowerCtx &ctx) {  // masked_fill_(self, mask, value)
   ctx.results = {tpu_graph_select(ctx.g, mask, operand(ctx, 2, dt, shape), ctx.v(0))};
 }
 
+[[maybe_unused]] const bool registered_shifts = [] {
+  const std::pair<const char *, LowerFn> shifts[] = {
+      {"bitwise_left_shift.Tensor_out", shift_left},   {"bitwise_left_shift.Tensor_Scalar_out", shift_left},
+      {"bitwise_left_shift.Scalar_Tensor_out", shift_left},
+      {"bitwise_right_shift.Tensor_out", shift_right}, {"bitwise_right_shift.Tensor_Scalar_out", shift_right},
+      {"bitwise_right_shift.Scalar_Tensor_out", shift_right},
+      {"__lshift__.Scalar", shift_left},   {"__lshift__.Tensor", shift_left},
+      {"__ilshift__.Scalar", shift_left},  {"__ilshift__.Tensor", shift_left},
+      {"__rshift__.Scalar", shift_right},  {"__rshift__.Tensor", shift_right},
+      {"__irshift__.Scalar", shift_right}, {"__irshift__.Tensor", shift_right},
+  };
+  for (const auto &[op, fn] : shifts) {
+    register_lowering(op, fn);
+    register_presize(op, shift_check);
+  }
+  return true;
+}();
+
 LoweringRegistrar registrar({
     {"add.out", add_out},
     {"sub.out", sub_out},
@@ -412,6 +446,9 @@ LoweringRegistrar registrar({
     {"xlogy.OutTensor", xlogy_out},
     {"xlogy.OutScalar_Self", xlogy_out},
     {"xlogy.OutScalar_Other", xlogy_out},
+    {"special_xlog1py.out", xlog1py_out},
+    {"special_xlog1py.self_scalar_out", xlog1py_out},
+    {"special_xlog1py.other_scalar_out", xlog1py_out},
     {"bitwise_and.Tensor_out", bitwise_and_out},
     {"bitwise_or.Tensor_out", bitwise_or_out},
     {"bitwise_xor.Tensor_out", bitwise_xor_out},

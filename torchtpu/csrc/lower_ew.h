@@ -3,6 +3,9 @@
 // dtype and broadcast to the result shape, and short names for the IR's elementwise ops.
 #pragma once
 
+#include <cmath>
+#include <initializer_list>
+
 #include "native.h"
 
 namespace torchtpu {
@@ -34,6 +37,31 @@ struct Ew {
   tpu_value_t mul(tpu_value_t a, tpu_value_t b) const { return op(TPU_OP_MUL, a, b); }
   tpu_value_t div(tpu_value_t a, tpu_value_t b) const { return op(TPU_OP_DIV, a, b); }
   tpu_value_t isnan(tpu_value_t a) const { return cmp(TPU_CMP_NE, a, a); }
+  tpu_value_t isinf(tpu_value_t a) const { return cmp(TPU_CMP_EQ, un(TPU_OP_ABS, a), k(INFINITY)); }
+  // true where the sign bit of |x| is set (-0.0 and negative NaNs included); |x| may have
+  // another dtype than dt
+  tpu_value_t signbit(tpu_value_t x) const {
+    tpu_dtype_t xt = dtype_of(g, x);
+    if (!tpu_dtype_is_float(xt)) return cmp(TPU_CMP_LT, x, full(g, xt, shape, 0));
+    if (xt != TPU_F64) x = convert(g, x, TPU_F32);  // widening keeps the sign bit
+    tpu_dtype_t bits = xt == TPU_F64 ? TPU_I64 : TPU_I32;
+    return cmp(TPU_CMP_LT, tpu_graph_bitcast_convert(g, x, bits), full(g, bits, shape, 0));
+  }
+  // Horner's rule: c[0] w^(n-1) + ... + c[n-1]
+  tpu_value_t poly(tpu_value_t w, std::initializer_list<double> c) const {
+    tpu_value_t p = k(*c.begin());
+    for (auto it = c.begin() + 1; it != c.end(); ++it) p = add(k(*it), mul(p, w));
+    return p;
+  }
+  // log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)), a when both are the same infinity;
+  // with |base2|, log2(2^a + 2^b) = max + log1p(2^-|a - b|) / log(2)
+  tpu_value_t logaddexp(tpu_value_t a, tpu_value_t b, bool base2 = false) const {
+    tpu_value_t m = op(TPU_OP_MAX, a, b);
+    tpu_value_t d = un(TPU_OP_NEG, un(TPU_OP_ABS, sub(a, b)));
+    tpu_value_t r = base2 ? add(m, mul(un(TPU_OP_LOG1P, op(TPU_OP_POW, k(2), d)), k(1 / M_LN2)))
+                          : add(m, un(TPU_OP_LOG1P, un(TPU_OP_EXP, d)));
+    return sel(op(TPU_OP_AND, isinf(a), cmp(TPU_CMP_EQ, a, b)), a, r);
+  }
   // x clamped to [lo, hi] by selects, so that a NaN or -0.0 in x stays as it is
   tpu_value_t clamp(tpu_value_t x, tpu_value_t lo, tpu_value_t hi) const {
     x = sel(cmp(TPU_CMP_LT, x, lo), lo, x);

@@ -1,7 +1,7 @@
 // lower_index.cpp: lowerings of the indexing ops: gather, scatter (src, value, add,
 // reduce="add"/"sum"), advanced indexing x[i, j] (index, _unsafe_index), index_put_
 // (_index_put_impl_), index_fill, index_copy, index_add, sort, topk, kthvalue, median
-// along a dim, flip, roll, repeat, constant_pad_nd and narrow_copy.
+// along a dim, flip, roll, channel_shuffle, repeat, constant_pad_nd and narrow_copy.
 //
 // Indices are never clamped: every gather/scatter of user indices sets check_bounds, so an
 // out-of-range index is an IndexError naming the op at the next sync (at the op itself in
@@ -537,6 +537,23 @@ void roll(LowerCtx &ctx) {  // roll(self, shifts, dims)
   ctx.results = {x};
 }
 
+// channel_shuffle(self, groups): (N, C, *) viewed as (N, g, C / g, *), the two group dims
+// swapped, viewed back (the meta kernel checks that g divides C)
+void channel_shuffle(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  const int64_t groups = ctx.arg(1).toInt();
+  if (xs.rank < 2 || xs.rank + 1 > TPU_MAX_RANK) throw Unsupported("channel_shuffle rank");
+  tpu_shape_t split{xs.rank + 1, {xs.dims[0], groups, xs.dims[1] / groups}};
+  int64_t perm[TPU_MAX_RANK] = {0, 2, 1};
+  for (int d = 2; d < xs.rank; d++) {
+    split.dims[d + 1] = xs.dims[d];
+    perm[d + 1] = d + 1;
+  }
+  tpu_value_t t = tpu_graph_transpose(ctx.g, tpu_graph_reshape(ctx.g, x, &split), perm);
+  ctx.results = {tpu_graph_reshape(ctx.g, t, &xs)};
+}
+
 // constant_pad_nd(self, pad, value): pad pairs (lo, hi) from the last dim backwards; negative
 // entries crop.
 void constant_pad_nd(LowerCtx &ctx) {
@@ -569,6 +586,8 @@ void narrow_copy(LowerCtx &ctx) {
 }
 
 LoweringRegistrar registrar({
+    {"channel_shuffle", channel_shuffle},
+    {"native_channel_shuffle", channel_shuffle},
     {"gather", gather},
     {"gather.out", gather},
     {"scatter.src", scatter_replace},

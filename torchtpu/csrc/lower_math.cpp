@@ -3,7 +3,7 @@
 //   trigonometric and hyperbolic: atan, asin, acos, sinh, cosh, asinh, acosh, atanh, sinc
 //   exponents and logs: exp2, log10, logaddexp, logaddexp2; erfinv
 //   float classification and repair: signbit, copysign, nan_to_num, frac, fmax, fmin,
-//   heaviside, hypot, round(decimals=)
+//   heaviside, hypot, round(decimals=), angle (of real numbers)
 // Each is written to stay accurate where the textbook formula is not: expm1/log1p forms near
 // zero, a scaled form for large magnitudes, and NaN/infinity cases as in C's libm (which
 // PyTorch's CPU kernels call). Math runs in f32 for bf16/f16 (the vector unit is 32-bit) and
@@ -28,23 +28,10 @@ constexpr double kHyperbolicLarge = 20;
 // are log(|x|) + log(2) (and x^2 would overflow for large enough x).
 constexpr double kSquareNegligible = 1e8;
 
-// true where the sign bit of |x| is set (-0.0 and negative NaNs included)
-tpu_value_t sign_bit(const Ew &E, tpu_value_t x) {
-  tpu_dtype_t dt = dtype_of(E.g, x);
-  if (!tpu_dtype_is_float(dt)) return E.cmp(TPU_CMP_LT, x, full(E.g, dt, E.shape, 0));
-  if (dt != TPU_F64) x = convert(E.g, x, TPU_F32);  // widening keeps the sign bit
-  tpu_dtype_t bits = dt == TPU_F64 ? TPU_I64 : TPU_I32;
-  return E.cmp(TPU_CMP_LT, tpu_graph_bitcast_convert(E.g, x, bits), full(E.g, bits, E.shape, 0));
-}
-
 // |magnitude| with the sign bit of |sign|
 tpu_value_t copy_sign(const Ew &E, tpu_value_t magnitude, tpu_value_t sign) {
   tpu_value_t m = E.un(TPU_OP_ABS, magnitude);
-  return E.sel(sign_bit(E, sign), E.un(TPU_OP_NEG, m), m);
-}
-
-tpu_value_t is_inf(const Ew &E, tpu_value_t x) {
-  return E.cmp(TPU_CMP_EQ, E.un(TPU_OP_ABS, x), E.k(INFINITY));
+  return E.sel(E.signbit(sign), E.un(TPU_OP_NEG, m), m);
 }
 
 // exp(a) / 2 for a >= kHyperbolicLarge, without overflowing early
@@ -150,13 +137,6 @@ void log10_out(LowerCtx &ctx) {
   ctx.results = {E.div(E.un(TPU_OP_LOG, x), E.k(kLn10))};
 }
 
-// Horner's rule: c[0] w^(n-1) + ... + c[n-1]
-tpu_value_t polynomial(const Ew &E, tpu_value_t w, std::initializer_list<double> c) {
-  tpu_value_t p = E.k(*c.begin());
-  for (auto it = c.begin() + 1; it != c.end(); ++it) p = E.add(E.k(*it), E.mul(p, w));
-  return p;
-}
-
 // erfinv(y): M. Giles' single-precision approximation ("Approximating the erfinv function",
 // GPU Computing Gems, 2011; XLA's float erfinv), a polynomial in w = -log(1 - y^2) on two
 // ranges, then Newton steps on erf(x) = y, as PyTorch's calc_erfinv refines its own starting
@@ -166,11 +146,11 @@ void erfinv_out(LowerCtx &ctx) {
   Ew E;
   tpu_value_t y = unary_input(ctx, &E);
   tpu_value_t w = E.un(TPU_OP_NEG, E.un(TPU_OP_LOG, E.mul(E.sub(E.k(1), y), E.add(E.k(1), y))));
-  tpu_value_t central = polynomial(E, E.sub(w, E.k(2.5)),
+  tpu_value_t central = E.poly(E.sub(w, E.k(2.5)),
                                    {2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
                                     0.00021858087, -0.00125372503, -0.00417768164, 0.246640727,
                                     1.50140941});
-  tpu_value_t tail = polynomial(E, E.sub(E.un(TPU_OP_SQRT, w), E.k(3)),
+  tpu_value_t tail = E.poly(E.sub(E.un(TPU_OP_SQRT, w), E.k(3)),
                                 {-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
                                  0.00573950773, -0.0076224613, 0.00943887047, 1.00167406,
                                  2.83297682});
@@ -196,16 +176,10 @@ TwoArgs binary(LowerCtx &ctx) {
   return {E, operand(ctx, 0, E.dt, E.shape), operand(ctx, 1, E.dt, E.shape)};
 }
 
-// logaddexp(a, b) = max + log1p(exp(-|a - b|)); a when both are the same infinity.
-// logaddexp2 likewise in base 2: max + log1p(2^-|a - b|) / log(2).
+// logaddexp in base e or (logaddexp2) base 2
 void logaddexp_base(LowerCtx &ctx, bool base2) {
   auto [E, a, b] = binary(ctx);
-  tpu_value_t m = E.op(TPU_OP_MAX, a, b);
-  tpu_value_t d = E.un(TPU_OP_NEG, E.un(TPU_OP_ABS, E.sub(a, b)));
-  tpu_value_t r = base2 ? E.add(m, E.mul(E.un(TPU_OP_LOG1P, E.op(TPU_OP_POW, E.k(2), d)), E.k(1 / kLn2)))
-                        : E.add(m, E.un(TPU_OP_LOG1P, E.un(TPU_OP_EXP, d)));
-  tpu_value_t same_inf = E.op(TPU_OP_AND, is_inf(E, a), E.cmp(TPU_CMP_EQ, a, b));
-  ctx.results = {E.sel(same_inf, a, r)};
+  ctx.results = {E.logaddexp(a, b, base2)};
 }
 void logaddexp_out(LowerCtx &ctx) { logaddexp_base(ctx, false); }
 void logaddexp2_out(LowerCtx &ctx) { logaddexp_base(ctx, true); }
@@ -213,7 +187,7 @@ void logaddexp2_out(LowerCtx &ctx) { logaddexp_base(ctx, true); }
 void signbit_out(LowerCtx &ctx) {
   tpu_value_t x = ctx.v(0);
   Ew E{ctx.g, dtype_of(ctx.g, x), ctx.out_shape()};
-  ctx.results = {sign_bit(E, x)};
+  ctx.results = {E.signbit(x)};
 }
 
 void copysign_out(LowerCtx &ctx) {
@@ -286,7 +260,15 @@ void hypot_out(LowerCtx &ctx) {
   tpu_value_t q = E.div(n, m);
   tpu_value_t r = E.mul(m, E.un(TPU_OP_SQRT, E.add(E.k(1), E.mul(q, q))));
   r = E.sel(E.cmp(TPU_CMP_EQ, m, E.k(0)), E.k(0), r);
-  ctx.results = {E.sel(E.op(TPU_OP_OR, is_inf(E, a), is_inf(E, b)), E.k(INFINITY), r)};
+  ctx.results = {E.sel(E.op(TPU_OP_OR, E.isinf(a), E.isinf(b)), E.k(INFINITY), r)};
+}
+
+// angle of a real number: pi below 0, else 0 (NaN stays NaN); float for integers
+void angle(LowerCtx &ctx) {
+  Ew E;
+  tpu_value_t x = unary_input(ctx, &E);
+  tpu_value_t r = E.sel(E.cmp(TPU_CMP_LT, x, E.k(0)), E.k(kPi), E.k(0));
+  ctx.results = {tpu_dtype_is_float(E.dt) ? E.sel(E.isnan(x), x, r) : r};
 }
 
 // round.decimals_out(self, decimals, out): round half to even at 10^-decimals, as ATen:
@@ -326,6 +308,8 @@ LoweringRegistrar registrar({
     {"heaviside.out", heaviside_out},
     {"hypot.out", hypot_out},
     {"round.decimals_out", round_decimals},
+    {"angle", angle},
+    {"angle.out", angle},
 });
 
 }  // namespace

@@ -35,6 +35,32 @@ void dot(LowerCtx &ctx) {  // 1-D . 1-D
   ctx.results = {tpu_graph_dot_general(ctx.g, ctx.v(0), ctx.v(1), &d, product_dtype(ctx))};
 }
 
+// linalg_cross(self, other, dim): a x b along |dim| (size 3), operands broadcast
+void linalg_cross(LowerCtx &ctx) {
+  tpu_dtype_t dt = product_dtype(ctx);
+  tpu_shape_t shape = ctx.out_shape();
+  const int dim = static_cast<int>(wrap_dim(ctx.arg(2).toInt(), shape.rank));
+  tpu_value_t a = broadcast_to(ctx.g, convert(ctx.g, ctx.v(0), dt), shape);
+  tpu_value_t b = broadcast_to(ctx.g, convert(ctx.g, ctx.v(1), dt), shape);
+  auto component = [&](tpu_value_t v, int i) {  // v[..., i % 3, ...] along dim, kept as size 1
+    int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
+    for (int d = 0; d < shape.rank; d++) {
+      limit[d] = shape.dims[d];
+      stride[d] = 1;
+    }
+    start[dim] = i % 3;
+    limit[dim] = i % 3 + 1;
+    return tpu_graph_slice(ctx.g, v, start, limit, stride);
+  };
+  tpu_value_t parts[3];
+  for (int i = 0; i < 3; i++) {
+    tpu_value_t l = tpu_graph_binary(ctx.g, TPU_OP_MUL, component(a, i + 1), component(b, i + 2));
+    tpu_value_t r = tpu_graph_binary(ctx.g, TPU_OP_MUL, component(a, i + 2), component(b, i + 1));
+    parts[i] = tpu_graph_binary(ctx.g, TPU_OP_SUB, l, r);
+  }
+  ctx.results = {tpu_graph_concatenate(ctx.g, parts, 3, dim)};
+}
+
 // beta * self + alpha * (m1 @ m2); args (self, m1, m2, beta, alpha)
 void add_product(LowerCtx &ctx, int batch) {
   tpu_dtype_t dt = product_dtype(ctx);
@@ -58,6 +84,9 @@ LoweringRegistrar registrar({
     {"bmm.out", bmm_out},
     {"mv.out", mv_out},
     {"dot", dot},
+    {"vdot", dot},  // of real vectors (complex tensors run on the CPU fallback)
+    {"vdot.out", dot},
+    {"linalg_cross.out", linalg_cross},
     {"addmm.out", addmm_out},
     {"baddbmm.out", baddbmm_out},
     {"addmv.out", addmm_out},

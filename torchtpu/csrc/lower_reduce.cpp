@@ -1,6 +1,6 @@
 // lower_reduce.cpp: lowerings of reductions and scans: sum, mean, prod, amax/amin,
 // max/min along a dim, argmax/argmin, var/std, all/any, logsumexp, vector norms (and
-// torch.norm), cumsum/cumprod, nansum, count_nonzero, aminmax, trace.
+// torch.norm, renorm), cumsum/cumprod, nansum, count_nonzero, aminmax, trace.
 //
 // Sums of bf16/f16 accumulate in f32 inside the reduce kernel and round once; means,
 // variances and norms are computed in f32 (f64 for f64) and rounded by the engine.
@@ -238,6 +238,25 @@ void cumulative(LowerCtx &ctx, tpu_reduce_kind_t kind) {  // (self, dim, dtype)
   }
   ctx.results = {tpu_graph_scan(ctx.g, kind, x, static_cast<int>(wrap_dim(ctx.arg(1).toInt(), s.rank)))};
 }
+// renorm(self, p, dim, maxnorm): each slice along |dim| whose p-norm exceeds maxnorm scaled by
+// maxnorm / (norm + 1e-7), as ATen's renorm_scale_factor
+void renorm_out(LowerCtx &ctx) {
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  tpu_shape_t s = ctx.out_shape();
+  const double p = ctx.arg(1).toScalar().toDouble();
+  std::vector<int64_t> others;
+  for (int64_t d = 0; d < s.rank; d++) {
+    if (d != wrap_dim(ctx.arg(2).toInt(), s.rank)) others.push_back(d);
+  }
+  tpu_value_t norm = broadcast_to(ctx.g, vector_norm(ctx.g, ctx.v(0), dt, p, others, true), s);
+  tpu_value_t maxnorm = broadcast_to(ctx.g, convert(ctx.g, ctx.v(3), dt), s);
+  tpu_value_t scale = tpu_graph_binary(ctx.g, TPU_OP_DIV, maxnorm,
+                                       tpu_graph_binary(ctx.g, TPU_OP_ADD, norm, full(ctx.g, dt, s, 1e-7)));
+  tpu_value_t over = tpu_graph_compare(ctx.g, TPU_CMP_GT, norm, maxnorm);
+  tpu_value_t factor = tpu_graph_select(ctx.g, over, scale, full(ctx.g, dt, s, 1));
+  ctx.results = {tpu_graph_binary(ctx.g, TPU_OP_MUL, convert(ctx.g, ctx.v(0), dt), factor)};
+}
+
 void cumsum_out(LowerCtx &ctx) { cumulative(ctx, TPU_REDUCE_SUM); }
 void cumprod_out(LowerCtx &ctx) { cumulative(ctx, TPU_REDUCE_PROD); }
 
@@ -246,6 +265,7 @@ void cumprod_out(LowerCtx &ctx) { cumulative(ctx, TPU_REDUCE_PROD); }
   for (const char *op : {"norm.out", "norm.dtype_out", "norm.Scalar_out", "norm.ScalarOpt_dtype_out"}) {
     register_static_scalar(op, "p");
   }
+  register_static_scalar("renorm.out", "p");
   register_presize("trace", trace_check);
   register_presize("trace.out", trace_check);
   return true;
@@ -290,6 +310,7 @@ LoweringRegistrar registrar({
     {"aminmax.out", aminmax_out},
     {"trace", trace},
     {"trace.out", trace},
+    {"renorm.out", renorm_out},
     {"cumsum.out", cumsum_out},
     {"cumprod.out", cumprod_out},
 });
