@@ -179,7 +179,11 @@ typedef struct tpu_gather_attrs {
   bool check_bounds;
 } tpu_gather_attrs_t;
 
-typedef enum tpu_scatter_kind { TPU_SCATTER_REPLACE, TPU_SCATTER_ADD } tpu_scatter_kind_t;
+/* How an update combines with the element it lands on. MUL/MAX/MIN (scatter_reduce prod,
+ * amax, amin): MAX/MIN propagate NaN from either side; bool MUL/MIN are AND, MAX is OR. */
+typedef enum tpu_scatter_kind {
+  TPU_SCATTER_REPLACE, TPU_SCATTER_ADD, TPU_SCATTER_MUL, TPU_SCATTER_MAX, TPU_SCATTER_MIN
+} tpu_scatter_kind_t;
 
 typedef struct tpu_scatter_attrs {
   int num_update_window_dims, num_inserted_window_dims, num_scatter_dims;

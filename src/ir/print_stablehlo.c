@@ -731,9 +731,12 @@ static void print_scatter(printer_t *p, int i) {
   new_tmp(p, x), new_tmp(p, u);
   const char *dt = tpu_dtype_name(n->dtype);
   out(p, "    ^bb0(%s: tensor<%s>, %s: tensor<%s>):\n", x, dt, u, dt);
-  if (a->kind == TPU_SCATTER_ADD) {
+  static const char *const combiner[] = {
+      [TPU_SCATTER_ADD] = "add", [TPU_SCATTER_MUL] = "multiply", [TPU_SCATTER_MAX] = "maximum",
+      [TPU_SCATTER_MIN] = "minimum"};
+  if (a->kind != TPU_SCATTER_REPLACE) {
     new_tmp(p, s);
-    out(p, "      %s = stablehlo.add %s, %s : tensor<%s>\n", s, x, u, dt);
+    out(p, "      %s = stablehlo.%s %s, %s : tensor<%s>\n", s, combiner[a->kind], x, u, dt);
     out(p, "      stablehlo.return %s : tensor<%s>\n", s, dt);
   } else {
     out(p, "      stablehlo.return %s : tensor<%s>\n", u, dt);

@@ -195,7 +195,7 @@ static void io_attrs(io_t *io, tpu_op_t op, tpu_attrs_t *a) {
       io_arr(io, a->scatter.inserted_window_dims, R);
       io_arr(io, a->scatter.scatter_dims_to_operand_dims, R);
       io_i64(io, &a->scatter.index_vector_dim);
-      IO_ENUM(io, a->scatter.kind, TPU_SCATTER_ADD + 1);
+      IO_ENUM(io, a->scatter.kind, TPU_SCATTER_MIN + 1);
       return io_bool(io, &a->scatter.check_bounds);
     case TPU_OP_SORT:
     case TPU_OP_ARGSORT:

@@ -885,7 +885,8 @@ static tpu_status_t rule_scatter(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh
     return fail(c, "indices %s must have an integer dtype", TYPE_OF(ix, t));
   }
   TPU_RETURN_IF_ERROR(same_dtype(c, x, up, "operand/updates"));
-  if (a->kind == TPU_SCATTER_ADD) {
+  if (a->kind == TPU_SCATTER_ADD || a->kind == TPU_SCATTER_MUL || a->kind == TPU_SCATTER_MAX ||
+      a->kind == TPU_SCATTER_MIN) {
     TPU_RETURN_IF_ERROR(need_kind(c, x->dtype, K_NUM, "operand"));
   } else if (a->kind != TPU_SCATTER_REPLACE) {
     return fail(c, "kind %d is invalid", (int)a->kind);

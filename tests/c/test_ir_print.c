@@ -110,7 +110,7 @@ static tpu_graph_t *build_scan(void) {
   return g;
 }
 
-/* x f32[4,3]; rows idx i32[2] of x += upd f32[2,3]; also a replacing scatter */
+/* x f32[4,3]; rows idx i32[2] of x += upd f32[2,3]; also a replacing and a max scatter */
 static tpu_graph_t *build_scatter(void) {
   tpu_graph_t *g = ir_graph();
   tpu_value_t x = ir_param(g, TPU_F32, SHAPE(4, 3));
@@ -122,6 +122,8 @@ static tpu_graph_t *build_scatter(void) {
                            .index_vector_dim = 1, .kind = TPU_SCATTER_ADD};
   tpu_graph_output(g, tpu_graph_scatter(g, x, idx, upd, &a), NULL);
   a.kind = TPU_SCATTER_REPLACE;
+  tpu_graph_output(g, tpu_graph_scatter(g, x, idx, upd, &a), NULL);
+  a.kind = TPU_SCATTER_MAX;
   tpu_graph_output(g, tpu_graph_scatter(g, x, idx, upd, &a), NULL);
   return g;
 }
@@ -422,7 +424,8 @@ static const print_case_t kCases[] = {
         "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, "
         "unique_indices = false}> ({",
         "%t2 = stablehlo.add %t0, %t1 : tensor<f32>",
-        "stablehlo.return %t4 : tensor<f32>"}},
+        "stablehlo.return %t4 : tensor<f32>",
+        "%t7 = stablehlo.maximum %t5, %t6 : tensor<f32>"}},
     {"pool", build_pool, {
         "window_dimensions = array<i64: 1, 2, 2, 1>, window_strides = array<i64: 1, 2, 2, 1>",
         "-> tensor<1x2x2x1xf32>",

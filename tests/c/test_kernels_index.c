@@ -348,6 +348,88 @@ TEST(scatter_add_rows_with_duplicates) {
   CHECK(obo[0] == 1 && obo[1] == 1);
 }
 
+/* scatter_reduce prod/amax/amin: MUL, MAX, MIN in scatter order, on rows and elements */
+TEST(scatter_mul_max_min) {
+  float x[4] = {1, 2, 3, 4}, out[4];
+  float upd[5] = {2, NAN, -1, 5, 0.5f};
+  int64_t idx[5] = {0, 1, 2, 0, 2}, four = 4, five = 5;
+  tpu_buf_t xb = mkbuf(x, TPU_F32, 1, &four), ob = mkbuf(out, TPU_F32, 1, &four),
+            ub = mkbuf(upd, TPU_F32, 1, &five), ib = mkbuf(idx, TPU_I64, 1, &five);
+  tpu_scatter_attrs_t e = {.num_update_window_dims = 0, .num_inserted_window_dims = 1,
+                           .num_scatter_dims = 1, .inserted_window_dims = {0},
+                           .scatter_dims_to_operand_dims = {0}, .index_vector_dim = 1,
+                           .kind = TPU_SCATTER_MUL, .check_bounds = true};
+  CHECK_OK(tpu_kernel_scatter(&e, &xb, &ib, &ub, &ob, NULL));
+  CHECK(out[0] == 10 && isnan(out[1]) && out[2] == -1.5f && out[3] == 4);
+  e.kind = TPU_SCATTER_MAX;
+  CHECK_OK(tpu_kernel_scatter(&e, &xb, &ib, &ub, &ob, NULL));
+  CHECK(out[0] == 5 && isnan(out[1]) && out[2] == 3 && out[3] == 4);
+  e.kind = TPU_SCATTER_MIN;
+  CHECK_OK(tpu_kernel_scatter(&e, &xb, &ib, &ub, &ob, NULL));
+  CHECK(out[0] == 1 && isnan(out[1]) && out[2] == -1 && out[3] == 4);
+  x[1] = NAN; /* a NaN already in x stays for MAX and MIN */
+  upd[1] = 7;
+  CHECK_OK(tpu_kernel_scatter(&e, &xb, &ib, &ub, &ob, NULL));
+  CHECK(isnan(out[1]));
+  e.kind = TPU_SCATTER_MAX;
+  CHECK_OK(tpu_kernel_scatter(&e, &xb, &ib, &ub, &ob, NULL));
+  CHECK(isnan(out[1]));
+
+  /* bf16 multiplies and rounds each time; i32 MUL wraps, MAX/MIN exact; bool MAX is OR */
+  int64_t two = 2, three = 3, i3[3] = {0, 0, 1};
+  tpu_buf_t i3b = mkbuf(i3, TPU_I64, 1, &three);
+  uint16_t xb16[2] = {tpu_f32_to_bf16(3), tpu_f32_to_bf16(-2)},
+           ub16[3] = {tpu_f32_to_bf16(3), tpu_f32_to_bf16(3), tpu_f32_to_bf16(0.25f)}, ob16[2];
+  tpu_buf_t x16 = mkbuf(xb16, TPU_BF16, 1, &two), u16 = mkbuf(ub16, TPU_BF16, 1, &three),
+            o16 = mkbuf(ob16, TPU_BF16, 1, &two);
+  e.kind = TPU_SCATTER_MUL;
+  CHECK_OK(tpu_kernel_scatter(&e, &x16, &i3b, &u16, &o16, NULL));
+  CHECK(tpu_bf16_to_f32(ob16[0]) == 27 && tpu_bf16_to_f32(ob16[1]) == -0.5f);
+  int32_t xi[2] = {65536, -3}, ui[3] = {65536, 2, 9}, oi[2];
+  tpu_buf_t xib = mkbuf(xi, TPU_I32, 1, &two), uib = mkbuf(ui, TPU_I32, 1, &three),
+            oib = mkbuf(oi, TPU_I32, 1, &two);
+  CHECK_OK(tpu_kernel_scatter(&e, &xib, &i3b, &uib, &oib, NULL));
+  CHECK(oi[0] == 0 && oi[1] == -27); /* 2^16 * 2^16 * 2 wraps to 0 */
+  e.kind = TPU_SCATTER_MIN;
+  CHECK_OK(tpu_kernel_scatter(&e, &xib, &i3b, &uib, &oib, NULL));
+  CHECK(oi[0] == 2 && oi[1] == -3);
+  uint8_t xbo[2] = {0, 1}, ubo[3] = {0, 1, 0}, obo[2];
+  tpu_buf_t xbb = mkbuf(xbo, TPU_BOOL, 1, &two), ubb = mkbuf(ubo, TPU_BOOL, 1, &three),
+            obb = mkbuf(obo, TPU_BOOL, 1, &two);
+  e.kind = TPU_SCATTER_MAX;
+  CHECK_OK(tpu_kernel_scatter(&e, &xbb, &i3b, &ubb, &obb, NULL));
+  CHECK(obo[0] == 1 && obo[1] == 1);
+  e.kind = TPU_SCATTER_MIN;
+  CHECK_OK(tpu_kernel_scatter(&e, &xbb, &i3b, &ubb, &obb, NULL));
+  CHECK(obo[0] == 0 && obo[1] == 0);
+
+  /* rows, split over threads: the same as one thread */
+  int64_t V = 7, D = 300, N = 400, xd[2] = {V, D}, ud[2] = {N, D};
+  float *rx = malloc(sizeof(float) * V * D), *r1 = malloc(sizeof(float) * V * D),
+        *r2 = malloc(sizeof(float) * V * D), *ru = malloc(sizeof(float) * N * D);
+  int64_t *ri = malloc(sizeof(int64_t) * N);
+  for (int64_t i = 0; i < V * D; i++) rx[i] = frand();
+  for (int64_t i = 0; i < N * D; i++) ru[i] = frand();
+  for (int64_t i = 0; i < N; i++) ri[i] = (int64_t)(rnd() % (uint64_t)V);
+  tpu_buf_t rxb = mkbuf(rx, TPU_F32, 2, xd), r1b = mkbuf(r1, TPU_F32, 2, xd),
+            r2b = mkbuf(r2, TPU_F32, 2, xd), rub = mkbuf(ru, TPU_F32, 2, ud),
+            rib = mkbuf(ri, TPU_I64, 1, &N);
+  tpu_scatter_attrs_t a = rows_scatter(TPU_SCATTER_MAX, true);
+  CHECK_OK(tpu_kernel_scatter(&a, &rxb, &rib, &rub, &r1b, NULL));
+  CHECK_OK(tpu_kernel_scatter(&a, &rxb, &rib, &rub, &r2b, g_pool2));
+  CHECK(memcmp(r1, r2, sizeof(float) * V * D) == 0);
+  float want = rx[ri[0] * D];
+  for (int64_t i = 0; i < N; i++) {
+    if (ri[i] == ri[0] && ru[i * D] > want) want = ru[i * D];
+  }
+  CHECK(r1[ri[0] * D] == want);
+  free(rx);
+  free(r1);
+  free(r2);
+  free(ru);
+  free(ri);
+}
+
 TEST(scatter_torch_scatter_and_index_put) {
   /* torch.scatter(x, 1, index, src): out[i][index[i][j]] = src[i][j] */
   enum { R = 3, C = 5, J = 2 };
@@ -607,6 +689,7 @@ int main(void) {
   RUN(gather_multi_index_and_wide_slices);
   RUN(gather_out_of_range);
   RUN(scatter_add_rows_with_duplicates);
+  RUN(scatter_mul_max_min);
   RUN(scatter_torch_scatter_and_index_put);
   RUN(scatter_out_of_range);
   RUN(sort_stability_nan_and_zero);

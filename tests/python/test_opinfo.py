@@ -28,12 +28,15 @@ SUBSET = {
     "logaddexp2", "signbit", "copysign", "nan_to_num", "frac", "fmax", "fmin", "heaviside",
     "hypot", "erfinv", "nn.functional.adaptive_max_pool2d", "nn.functional.binary_cross_entropy",
     "trace", "nansum", "count_nonzero", "aminmax", "norm", "dist", "linspace", "logspace", "eye",
-    "nn.functional.pairwise_distance",
+    "nn.functional.pairwise_distance", "nn.functional.embedding_bag", "take", "put",
+    "masked_scatter", "scatter", "scatter_add",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
             ("nn.functional.pad", "replicate_negative"),
             ("round", "decimals_3"), ("round", "decimals_neg_3"), ("nn.functional.interpolate", "bicubic")}
+VARIANTS |= {("scatter_reduce", r) for r in ("sum", "prod", "mean", "amax", "amin")}
+VARIANTS |= {("index_reduce", r) for r in ("prod", "mean", "amax", "amin")}
 OPS = [op for op in op_db
        if (op.name in SUBSET and op.variant_test_name == "") or (op.name, op.variant_test_name) in VARIANTS]
 

@@ -105,16 +105,6 @@ void remainder_out(LowerCtx &ctx) {
   ctx.results = {B.sel(fix, B.op(TPU_OP_ADD, r, y), r)};
 }
 
-// Floor division as PyTorch defines it for floats and ints.
-tpu_value_t floor_divide(const Ew &B, tpu_value_t x, tpu_value_t y) {
-  if (tpu_dtype_is_float(B.dt)) return B.un(TPU_OP_FLOOR, B.op(TPU_OP_DIV, x, y));
-  tpu_value_t q = B.op(TPU_OP_DIV, x, y);  // truncating
-  tpu_value_t zero = B.k(0);
-  tpu_value_t inexact = B.cmp(TPU_CMP_NE, B.op(TPU_OP_REM, x, y), zero);
-  tpu_value_t signs = B.cmp(TPU_CMP_NE, B.cmp(TPU_CMP_LT, x, zero), B.cmp(TPU_CMP_LT, y, zero));
-  return B.sel(B.op(TPU_OP_AND, inexact, signs), B.op(TPU_OP_SUB, q, B.k(1)), q);
-}
-
 void div_out(LowerCtx &ctx) {  // true division, or rounding_mode "trunc"/"floor"
   std::string mode;
   if (ctx.args->size() > 3 && ctx.arg(2).isString()) mode = ctx.arg(2).toStringRef();

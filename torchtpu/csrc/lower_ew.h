@@ -69,6 +69,16 @@ struct Ew {
   }
 };
 
+// Floor division as PyTorch defines it for floats and ints.
+inline tpu_value_t floor_divide(const Ew &B, tpu_value_t x, tpu_value_t y) {
+  if (tpu_dtype_is_float(B.dt)) return B.un(TPU_OP_FLOOR, B.op(TPU_OP_DIV, x, y));
+  tpu_value_t q = B.op(TPU_OP_DIV, x, y);  // truncating
+  tpu_value_t zero = B.k(0);
+  tpu_value_t inexact = B.cmp(TPU_CMP_NE, B.op(TPU_OP_REM, x, y), zero);
+  tpu_value_t signs = B.cmp(TPU_CMP_NE, B.cmp(TPU_CMP_LT, x, zero), B.cmp(TPU_CMP_LT, y, zero));
+  return B.sel(B.op(TPU_OP_AND, inexact, signs), B.op(TPU_OP_SUB, q, B.k(1)), q);
+}
+
 // The builder for result |i| of |ctx|: its compute dtype (f32 for bf16/f16) and shape.
 inline Ew ew_for_result(const LowerCtx &ctx, size_t i = 0) {
   return Ew{ctx.g, compute_dtype(ctx.out_dtype(i)), ctx.out_shape(i)};

@@ -1,7 +1,9 @@
 // lower_index.cpp: lowerings of the indexing ops: gather, scatter (src, value, add,
-// reduce="add"/"sum"), advanced indexing x[i, j] (index, _unsafe_index), index_put_
-// (_index_put_impl_), index_fill, index_copy, index_add, sort, topk, kthvalue, median
-// along a dim, flip, roll, channel_shuffle, repeat, constant_pad_nd and narrow_copy.
+// reduce="add"/"multiply"), scatter_reduce (sum, prod, mean, amax, amin, with or without
+// self), advanced indexing x[i, j] (index, _unsafe_index), index_put_ (_index_put_impl_),
+// index_fill, index_copy, index_add, index_reduce, take, put_, masked_scatter (and its
+// backward), sort, topk, kthvalue, median along a dim, flip, roll, channel_shuffle, repeat,
+// constant_pad_nd and narrow_copy.
 //
 // Indices are never clamped: every gather/scatter of user indices sets check_bounds, so an
 // out-of-range index is an IndexError naming the op at the next sync (at the op itself in
@@ -13,14 +15,19 @@
 // have): boolean-mask indexing x[mask] (index with bool/uint8 indices), masked_select,
 // nonzero. x[mask] = v with a one-element v is native (a select).
 //
-// Sums (scatter_add, index_add, accumulating index_put_) of bf16/f16 accumulate in f32 and
-// are rounded once; replacing scatters move values in their own dtype.
+// Sums and products (scatter_add, scatter_reduce sum/prod/mean, index_add, index_reduce,
+// accumulating index_put_) of bf16/f16 accumulate in f32 and are rounded once; replacing
+// and max/min scatters move values in their own dtype (the IR's scatter combiners REPLACE,
+// ADD, MUL, MAX, MIN; MAX/MIN keep NaN as the CPU kernel does).
 #include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <vector>
 
+#include "lower_ew.h"
 #include "native.h"
 
 namespace torchtpu {
@@ -92,11 +99,66 @@ void gather(LowerCtx &ctx) {
   ctx.results = {tpu_graph_reshape(ctx.g, tpu_graph_gather(ctx.g, x, where, &a), &out)};
 }
 
-enum class Combine { Replace, Add };
+// What a scatter does where its updates land: replace, or one of scatter_reduce's
+// reductions (scatter's legacy "add"/"multiply" are Sum/Prod).
+enum class Combine { Replace, Sum, Prod, Mean, Max, Min };
 
-// x with updates (index-shaped) written/added at the coordinates of |index| along |dim|.
+Combine parse_combine(const std::string &reduce) {
+  if (reduce == "sum" || reduce == "add") return Combine::Sum;
+  if (reduce == "prod" || reduce == "multiply") return Combine::Prod;
+  if (reduce == "mean") return Combine::Mean;
+  if (reduce == "amax") return Combine::Max;
+  if (reduce == "amin") return Combine::Min;
+  throw Unsupported("scatter reduce " + reduce);  // the meta kernel rejects it first
+}
+
+tpu_scatter_kind_t kind_of(Combine how) {
+  switch (how) {
+    case Combine::Replace: return TPU_SCATTER_REPLACE;
+    case Combine::Sum:
+    case Combine::Mean: return TPU_SCATTER_ADD;
+    case Combine::Prod: return TPU_SCATTER_MUL;
+    case Combine::Max: return TPU_SCATTER_MAX;
+    case Combine::Min: return TPU_SCATTER_MIN;
+  }
+  return TPU_SCATTER_REPLACE;
+}
+
+// The dtype a scatter of |how| runs in: sums and products of bf16/f16 in f32 (rounded once
+// at the end), replacing and max/min in the result's own dtype (exact).
+tpu_dtype_t combine_dtype(Combine how, tpu_dtype_t out) {
+  bool arithmetic = how == Combine::Sum || how == Combine::Mean || how == Combine::Prod;
+  if (how != Combine::Replace && out == TPU_BOOL) throw Unsupported("scatter reduction of bool");
+  return arithmetic ? compute_dtype(out) : out;
+}
+
+// One scatter of |updates| onto |x| with the given combiner (positions fixed by the caller).
+using ScatterFn = std::function<tpu_value_t(tpu_value_t x, tpu_value_t updates, tpu_scatter_kind_t)>;
+
+// x with |updates| reduced onto it by |how| (x and updates in combine_dtype). Without
+// |include_self| the positions updates land on start from the reduction's identity (0, 1;
+// for max/min one of the updates itself); untouched positions keep x. Mean divides by the
+// number of values reduced (1 where none), flooring for integers, as PyTorch's CPU kernel.
+tpu_value_t reduce_onto(tpu_graph_t *g, tpu_value_t x, tpu_value_t updates, Combine how,
+                        bool include_self, const ScatterFn &scatter) {
+  tpu_dtype_t dt = dtype_of(g, x);
+  tpu_shape_t xs = shape_of(g, x), us = shape_of(g, updates);
+  if (!include_self && how != Combine::Replace) {
+    bool extreme = how == Combine::Max || how == Combine::Min;
+    tpu_value_t start = extreme ? updates : full(g, dt, us, how == Combine::Prod ? 1 : 0);
+    x = scatter(x, start, TPU_SCATTER_REPLACE);
+  }
+  x = scatter(x, updates, kind_of(how));
+  if (how != Combine::Mean) return x;
+  tpu_value_t count = scatter(full(g, dt, xs, include_self ? 1 : 0), full(g, dt, us, 1), TPU_SCATTER_ADD);
+  Ew B{g, dt, xs};
+  count = B.sel(B.cmp(TPU_CMP_EQ, count, B.k(0)), B.k(1), count);
+  return tpu_dtype_is_float(dt) ? B.div(x, count) : floor_divide(B, x, count);
+}
+
+// x with updates (index-shaped) combined by |kind| at the coordinates of |index| along |dim|.
 tpu_value_t scatter_elements(LowerCtx &ctx, tpu_value_t x, int64_t dim, tpu_value_t index,
-                             tpu_value_t updates, Combine how) {
+                             tpu_value_t updates, tpu_scatter_kind_t kind) {
   tpu_shape_t xs = shape_of(ctx.g, x);
   tpu_value_t where = coordinates(ctx, index, dim, xs.rank);
   tpu_scatter_attrs_t a{};
@@ -104,7 +166,7 @@ tpu_value_t scatter_elements(LowerCtx &ctx, tpu_value_t x, int64_t dim, tpu_valu
   a.num_inserted_window_dims = a.num_scatter_dims = xs.rank;
   for (int d = 0; d < xs.rank; d++) a.inserted_window_dims[d] = a.scatter_dims_to_operand_dims[d] = d;
   a.index_vector_dim = shape_of(ctx.g, index).rank;
-  a.kind = how == Combine::Add ? TPU_SCATTER_ADD : TPU_SCATTER_REPLACE;
+  a.kind = kind;
   a.check_bounds = true;
   return tpu_graph_scatter(ctx.g, x, where, updates, &a);
 }
@@ -119,17 +181,16 @@ tpu_value_t crop_to(LowerCtx &ctx, tpu_value_t src, const tpu_shape_t &is) {
 }
 
 // scatter(self, dim, index, src | value [, reduce]), scatter_add, scatter_reduce: argument 3
-// is a tensor (src) or a Scalar (value); |how| combines it with self, and without
-// |include_self| the scattered positions start from 0.
+// is a tensor (src) or a Scalar (value); |how| combines it with self (see reduce_onto).
 void scatter_impl(LowerCtx &ctx, Combine how, bool include_self = true) {
   tpu_dtype_t out_dt = ctx.out_dtype();
-  tpu_dtype_t dt = how == Combine::Add ? compute_dtype(out_dt) : out_dt;
+  tpu_dtype_t dt = combine_dtype(how, out_dt);
   tpu_value_t x = convert(ctx.g, ctx.v(0), dt), index = ctx.v(2);
   at_least_1d(ctx, x);
   at_least_1d(ctx, index);
   tpu_shape_t xs = shape_of(ctx.g, x), is = shape_of(ctx.g, index), out = ctx.out_shape();
   if (numel(is) == 0) {
-    ctx.results = {tpu_graph_reshape(ctx.g, x, &out)};
+    ctx.results = {convert(ctx.g, tpu_graph_reshape(ctx.g, x, &out), out_dt)};
     return;
   }
   int64_t dim = wrap_dim(ctx.arg(1).toInt(), xs.rank);
@@ -141,23 +202,23 @@ void scatter_impl(LowerCtx &ctx, Combine how, bool include_self = true) {
   } else {
     updates = broadcast_to(ctx.g, convert(ctx.g, ctx.v(3), dt), is);
   }
-  if (!include_self) x = scatter_elements(ctx, x, dim, index, full(ctx.g, dt, is, 0), Combine::Replace);
-  ctx.results = {tpu_graph_reshape(ctx.g, scatter_elements(ctx, x, dim, index, updates, how), &out)};
+  auto scatter = [&](tpu_value_t to, tpu_value_t upd, tpu_scatter_kind_t kind) {
+    return scatter_elements(ctx, to, dim, index, upd, kind);
+  };
+  tpu_value_t r = reduce_onto(ctx.g, x, updates, how, include_self, scatter);
+  ctx.results = {convert(ctx.g, tpu_graph_reshape(ctx.g, r, &out), out_dt)};
 }
 
 void scatter_replace(LowerCtx &ctx) { scatter_impl(ctx, Combine::Replace); }
-void scatter_add(LowerCtx &ctx) { scatter_impl(ctx, Combine::Add); }
+void scatter_add(LowerCtx &ctx) { scatter_impl(ctx, Combine::Sum); }
 
-// scatter.reduce / scatter.value_reduce (self, dim, index, src|value, reduce)
-void scatter_reduce_legacy(LowerCtx &ctx) {
-  if (ctx.arg(4).toStringRef() != "add") throw Unsupported("scatter reduce " + ctx.arg(4).toStringRef());
-  scatter_impl(ctx, Combine::Add);
-}
+// scatter.reduce / scatter.value_reduce (self, dim, index, src|value, reduce): "add" or
+// "multiply".
+void scatter_reduce_legacy(LowerCtx &ctx) { scatter_impl(ctx, parse_combine(ctx.arg(4).toStringRef())); }
 
-// scatter_reduce.two(self, dim, index, src, reduce, include_self)
+// scatter_reduce.two(self, dim, index, src, reduce, include_self): sum, prod, mean, amax, amin.
 void scatter_reduce_two(LowerCtx &ctx) {
-  if (ctx.arg(4).toStringRef() != "sum") throw Unsupported("scatter_reduce " + ctx.arg(4).toStringRef());
-  scatter_impl(ctx, Combine::Add, ctx.arg(5).toBool());
+  scatter_impl(ctx, parse_combine(ctx.arg(4).toStringRef()), ctx.arg(5).toBool());
 }
 
 // ---- along one dim with whole slices (index_fill, index_copy, index_add) ------------------------
@@ -197,9 +258,11 @@ void index_fill(LowerCtx &ctx) {
   ctx.results = {tpu_graph_reshape(ctx.g, scatter_slices(ctx.g, x, dim, index, updates, false), &out)};
 }
 
-// index_copy(self, dim, index, source) and index_add(self, dim, index, source, alpha)
-void index_copy_add(LowerCtx &ctx, Combine how) {
-  tpu_dtype_t dt = how == Combine::Add ? compute_dtype(ctx.out_dtype()) : ctx.out_dtype();
+// index_copy(self, dim, index, source), index_add(self, dim, index, source, alpha) and
+// index_reduce(self, dim, index, source, reduce, include_self): whole slices of source
+// combined into self along |dim| (see reduce_onto).
+void index_combine(LowerCtx &ctx, Combine how, bool include_self = true) {
+  tpu_dtype_t out_dt = ctx.out_dtype(), dt = combine_dtype(how, out_dt);
   tpu_value_t x = convert(ctx.g, ctx.v(0), dt), src = convert(ctx.g, ctx.v(3), dt);
   at_least_1d(ctx, x);
   tpu_shape_t xs = shape_of(ctx.g, x), out = ctx.out_shape();
@@ -207,21 +270,109 @@ void index_copy_add(LowerCtx &ctx, Combine how) {
   tpu_value_t index = flat_index(ctx, ctx.v(2));
   int64_t n = shape_of(ctx.g, index).dims[0];
   if (n == 0) {
-    ctx.results = {tpu_graph_reshape(ctx.g, x, &out)};
+    ctx.results = {convert(ctx.g, tpu_graph_reshape(ctx.g, x, &out), out_dt)};
     return;
   }
   tpu_shape_t full_src = xs;
   full_src.dims[dim] = n;
   if (numel(shape_of(ctx.g, src)) != numel(full_src)) throw Unsupported("index_copy/add source shape");
   src = tpu_graph_reshape(ctx.g, src, &full_src);
-  tpu_value_t updates = dim_first(ctx.g, src, dim);
-  if (how == Combine::Add && ctx.v(4) != TPU_NO_VALUE) {
+  tpu_value_t updates = dim_first(ctx.g, src, dim);  // (n, the other dims of x)
+  if (how == Combine::Sum && ctx.v(4) != TPU_NO_VALUE) {  // index_add's alpha
     updates = bin(ctx, TPU_OP_MUL, updates, broadcast_to(ctx.g, convert(ctx.g, ctx.v(4), dt), shape_of(ctx.g, updates)));
   }
-  ctx.results = {tpu_graph_reshape(ctx.g, scatter_slices(ctx.g, x, dim, index, updates, how == Combine::Add), &out)};
+  auto scatter = [&](tpu_value_t to, tpu_value_t upd, tpu_scatter_kind_t kind) {
+    return scatter_slices(ctx.g, to, dim, index, upd, kind);
+  };
+  tpu_value_t r = reduce_onto(ctx.g, x, updates, how, include_self, scatter);
+  ctx.results = {convert(ctx.g, tpu_graph_reshape(ctx.g, r, &out), out_dt)};
 }
-void index_copy(LowerCtx &ctx) { index_copy_add(ctx, Combine::Replace); }
-void index_add(LowerCtx &ctx) { index_copy_add(ctx, Combine::Add); }
+void index_copy(LowerCtx &ctx) { index_combine(ctx, Combine::Replace); }
+void index_add(LowerCtx &ctx) { index_combine(ctx, Combine::Sum); }
+void index_reduce(LowerCtx &ctx) {  // no "sum": the CPU kernel's error, through the fallback
+  Combine how = parse_combine(ctx.arg(4).toStringRef());
+  if (how == Combine::Sum) throw Unsupported("index_reduce sum");
+  index_combine(ctx, how, ctx.arg(5).toBool());
+}
+
+// ---- flat positions (take, put_, masked_scatter_) -----------------------------------------
+
+// (numel) view of |v|.
+tpu_value_t flatten(LowerCtx &ctx, tpu_value_t v) {
+  tpu_shape_t flat{1, {numel(shape_of(ctx.g, v))}};
+  return tpu_graph_reshape(ctx.g, v, &flat);
+}
+
+// take(self, index): self.flatten()[index], index of any shape; negative indices wrap.
+void take(LowerCtx &ctx) {
+  tpu_value_t x = flatten(ctx, ctx.v(0));
+  tpu_shape_t out = ctx.out_shape();
+  if (numel(out) == 0) {
+    ctx.results = {full(ctx.g, ctx.out_dtype(), out, 0)};
+    return;
+  }
+  tpu_value_t index = wrap_negative(ctx, flat_index(ctx, ctx.v(1)), numel(shape_of(ctx.g, x)));
+  ctx.results = {tpu_graph_reshape(ctx.g, gather_slices(ctx.g, x, 0, index), &out)};
+}
+
+// put_(self, index, source, accumulate): self.flatten()[index] = source.flatten() (+= with
+// accumulate, in f32 for bf16/f16); negative indices wrap; the last write wins.
+void put(LowerCtx &ctx) {
+  Combine how = ctx.arg(3).toBool() ? Combine::Sum : Combine::Replace;
+  tpu_dtype_t out_dt = ctx.out_dtype(), dt = combine_dtype(how, out_dt);
+  tpu_shape_t out = ctx.out_shape();
+  tpu_value_t x = flatten(ctx, convert(ctx.g, ctx.v(0), dt));
+  tpu_value_t index = wrap_negative(ctx, flat_index(ctx, ctx.v(1)), numel(out));
+  if (shape_of(ctx.g, index).dims[0] != 0) {
+    tpu_value_t src = flatten(ctx, convert(ctx.g, ctx.v(2), dt));
+    x = scatter_slices(ctx.g, x, 0, index, src, kind_of(how));
+  }
+  ctx.results = {convert(ctx.g, tpu_graph_reshape(ctx.g, x, &out), out_dt)};
+}
+
+// The source position of each True of |mask| (flat, row-major): its prefix count minus one;
+// -1 before the first True.
+tpu_value_t true_positions(LowerCtx &ctx, tpu_value_t mask) {
+  tpu_value_t m = convert(ctx.g, flatten(ctx, mask), TPU_I64);
+  tpu_shape_t s = shape_of(ctx.g, m);
+  return bin(ctx, TPU_OP_SUB, tpu_graph_scan(ctx.g, TPU_REDUCE_SUM, m, 0), full(ctx.g, TPU_I64, s, 1));
+}
+
+// masked_scatter_(self, mask, source): the Trues of mask (broadcast to self), in row-major
+// order, take source's elements in order; positions come from a prefix sum of the mask, so
+// the graph has no data-dependent shape. Too small a source is an out-of-range IndexError.
+void masked_scatter(LowerCtx &ctx) {
+  tpu_shape_t out = ctx.out_shape();
+  tpu_dtype_t dt = ctx.out_dtype();
+  tpu_value_t x = convert(ctx.g, ctx.v(0), dt);
+  tpu_value_t mask = broadcast_to(ctx.g, ctx.v(1), out);
+  tpu_value_t src = flatten(ctx, convert(ctx.g, ctx.v(2), dt));
+  if (numel(out) == 0 || numel(shape_of(ctx.g, src)) == 0) throw Unsupported("masked_scatter with nothing to scatter");
+  tpu_value_t pos = true_positions(ctx, mask);
+  tpu_shape_t ps = shape_of(ctx.g, pos);
+  tpu_value_t bmask = tpu_graph_reshape(ctx.g, tpu_graph_compare(ctx.g, TPU_CMP_NE, mask, full(ctx.g, dtype_of(ctx.g, mask), out, 0)), &ps);
+  pos = tpu_graph_select(ctx.g, bmask, pos, full(ctx.g, TPU_I64, ps, 0));  // False: any valid position
+  tpu_value_t vals = tpu_graph_reshape(ctx.g, gather_slices(ctx.g, src, 0, pos), &out);
+  ctx.results = {tpu_graph_select(ctx.g, tpu_graph_reshape(ctx.g, bmask, &out), vals, x)};
+}
+
+// masked_scatter_backward(grad_output, mask, sizes): source's gradient (sizes): element j is
+// grad at the j-th True of mask, 0 past the last True. Trues scatter to their position,
+// Falses to a spare slot at the end that is dropped.
+void masked_scatter_backward(LowerCtx &ctx) {
+  tpu_shape_t out = ctx.out_shape(), gs = shape_of(ctx.g, ctx.v(0));
+  tpu_dtype_t dt = ctx.out_dtype();
+  const int64_t n = numel(out);
+  tpu_value_t mask = broadcast_to(ctx.g, ctx.v(1), gs);
+  tpu_value_t pos = true_positions(ctx, mask);
+  tpu_shape_t ps = shape_of(ctx.g, pos);
+  tpu_value_t bmask = tpu_graph_reshape(ctx.g, tpu_graph_compare(ctx.g, TPU_CMP_NE, mask, full(ctx.g, dtype_of(ctx.g, mask), gs, 0)), &ps);
+  pos = tpu_graph_select(ctx.g, bmask, pos, full(ctx.g, TPU_I64, ps, static_cast<double>(n)));
+  tpu_shape_t spare{1, {n + 1}};
+  tpu_value_t r = scatter_slices(ctx.g, full(ctx.g, dt, spare, 0), 0, pos, flatten(ctx, convert(ctx.g, ctx.v(0), dt)), TPU_SCATTER_REPLACE);
+  int64_t start[1] = {0}, limit[1] = {n}, step[1] = {1};
+  ctx.results = {tpu_graph_reshape(ctx.g, tpu_graph_slice(ctx.g, r, start, limit, step), &out)};
+}
 
 // ---- advanced indexing ---------------------------------------------------------------------------
 
@@ -608,6 +759,13 @@ LoweringRegistrar registrar({
     {"scatter_reduce.two", scatter_reduce_two},
     {"scatter_reduce.two_out", scatter_reduce_two},
     {"scatter_reduce_.two", scatter_reduce_two},
+    {"take", take},
+    {"take.out", take},
+    {"put_", put},
+    {"masked_scatter_", masked_scatter},
+    {"masked_scatter", masked_scatter},
+    {"masked_scatter.out", masked_scatter},
+    {"masked_scatter_backward", masked_scatter_backward},
     {"index.Tensor", index},
     {"index.Tensor_out", index},
     {"_unsafe_index.Tensor", index},
@@ -624,6 +782,9 @@ LoweringRegistrar registrar({
     {"index_add", index_add},
     {"index_add.out", index_add},
     {"index_add_", index_add},
+    {"index_reduce", index_reduce},
+    {"index_reduce.out", index_reduce},
+    {"index_reduce_", index_reduce},
     {"sort.stable", sort_stable},
     {"sort.values_stable", sort_stable},
     {"sort.values", sort_values},

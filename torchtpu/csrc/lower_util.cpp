@@ -137,6 +137,11 @@ tpu_value_t gather_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_
 
 tpu_value_t scatter_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_t index,
                            tpu_value_t updates, bool add) {
+  return scatter_slices(g, x, dim, index, updates, add ? TPU_SCATTER_ADD : TPU_SCATTER_REPLACE);
+}
+
+tpu_value_t scatter_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_t index,
+                           tpu_value_t updates, tpu_scatter_kind_t kind) {
   tpu_shape_t xs = shape_of(g, x);
   tpu_shape_t is = shape_of(g, index);
   tpu_scatter_attrs_t a{};
@@ -147,7 +152,7 @@ tpu_value_t scatter_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value
   a.num_scatter_dims = 1;
   a.scatter_dims_to_operand_dims[0] = dim;
   a.index_vector_dim = is.rank;  // (L): one coordinate per update row
-  a.kind = add ? TPU_SCATTER_ADD : TPU_SCATTER_REPLACE;
+  a.kind = kind;
   a.check_bounds = true;
   return tpu_graph_scatter(g, x, index, updates, &a);
 }

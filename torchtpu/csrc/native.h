@@ -164,6 +164,9 @@ tpu_value_t gather_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_
 // updates[i]: index (L) i64, updates (L, the other dims of x in order); bounds-checked.
 tpu_value_t scatter_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_t index,
                            tpu_value_t updates, bool add);
+// The same with any combiner (index_reduce's MUL/MAX/MIN).
+tpu_value_t scatter_slices(tpu_graph_t *g, tpu_value_t x, int64_t dim, tpu_value_t index,
+                           tpu_value_t updates, tpu_scatter_kind_t kind);
 // (..., L at dim, ...) -> (L, ...): moves |dim| to the front.
 tpu_value_t dim_first(tpu_graph_t *g, tpu_value_t v, int64_t dim);
 // The |ord|-norm of |x| (converted to |dt| first) over |dims| (all when empty): max/min

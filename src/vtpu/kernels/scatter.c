@@ -7,7 +7,10 @@
  * dims scatter_dims_to_operand_dims (other dims start at 0), and the update window
  * (updates dims update_window_dims, one per x dim not in inserted_window_dims) is written
  * (REPLACE: the last write in scatter order wins) or added (ADD: in scatter order; f16 and
- * bf16 add in f32 and round each time, as PyTorch's index_add on CPU; bool ADD is OR).
+ * bf16 add in f32 and round each time, as PyTorch's index_add on CPU; bool ADD is OR), or
+ * combined by MUL, MAX or MIN in scatter order (floats in f64, rounded each time, which is
+ * exact for f32; MAX/MIN keep a NaN from either side, as PyTorch's scatter_reduce amax/amin
+ * on CPU; integers multiply with wrap-around; bool MUL/MIN are AND, MAX is OR).
  *
  * A window not inside x is an error with check_bounds (TPU_ERR_OUT_OF_RANGE, "scatter:
  * index 7 out of range for dimension 0 of size 5", the first in scatter order, found
@@ -80,6 +83,43 @@ static bool window_start(const sjob_t *j, const tpu_loop_pos_t *pos, int64_t *oo
   return true;
 }
 
+/* o combined with u by MUL, MAX or MIN (floats; a NaN on either side wins for MAX/MIN). */
+static double combine_f64(tpu_scatter_kind_t kind, double o, double u) {
+  switch (kind) {
+    case TPU_SCATTER_MUL: return o * u;
+    case TPU_SCATTER_MAX: return (u != u || u > o) ? u : o;
+    default: return (u != u || u < o) ? u : o;
+  }
+}
+
+static int64_t combine_i64(tpu_scatter_kind_t kind, int64_t o, int64_t u) {
+  switch (kind) {
+    case TPU_SCATTER_MUL: return (int64_t)((uint64_t)o * (uint64_t)u); /* wraps */
+    case TPU_SCATTER_MAX: return u > o ? u : o;
+    default: return u < o ? u : o;
+  }
+}
+
+/* One run of MUL/MAX/MIN updates, element by element in scatter order. */
+static void combine_run(const sjob_t *j, int64_t uo, int64_t su, int64_t oo, int64_t so,
+                        int64_t n) {
+  const void *u = j->upd->data;
+  void *o = j->out->data;
+  tpu_dtype_t dt = j->out->dtype;
+  tpu_scatter_kind_t kind = j->a->kind;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t io = oo + i * so, iu = uo + i * su;
+    if (tpu_dtype_is_float(dt)) {
+      tpu_store_f64(o, dt, io, combine_f64(kind, tpu_load_f64(o, dt, io), tpu_load_f64(u, dt, iu)));
+    } else if (dt == TPU_BOOL) {
+      bool a = tpu_load_truth(o, dt, io), b = tpu_load_truth(u, dt, iu);
+      ((uint8_t *)o)[io] = kind == TPU_SCATTER_MAX ? (a || b) : (a && b);
+    } else {
+      tpu_store_i64(o, dt, io, combine_i64(kind, tpu_load_i64(o, dt, io), tpu_load_i64(u, dt, iu)));
+    }
+  }
+}
+
 /* Applies one run of |n| updates (stride su) to out (stride so). */
 static void apply_run(const sjob_t *j, int64_t uo, int64_t su, int64_t oo, int64_t so,
                       int64_t n) {
@@ -92,6 +132,10 @@ static void apply_run(const sjob_t *j, int64_t uo, int64_t su, int64_t oo, int64
     } else {
       for (int64_t i = 0; i < n; i++) tpu_copy_elem(o, oo + i * so, u, uo + i * su, j->esize);
     }
+    return;
+  }
+  if (j->a->kind != TPU_SCATTER_ADD) {
+    combine_run(j, uo, su, oo, so, n);
     return;
   }
   switch (j->out->dtype) {
@@ -205,7 +249,7 @@ static tpu_status_t plan(sjob_t *j, int64_t nindices) {
   if (upd->dtype != x->dtype || out->dtype != x->dtype) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: x, updates and out dtypes differ", K);
   }
-  if ((unsigned)a->kind > TPU_SCATTER_ADD) {
+  if ((unsigned)a->kind > TPU_SCATTER_MIN) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: unknown kind %d", K, (int)a->kind);
   }
   if (out->rank != x->rank) {
