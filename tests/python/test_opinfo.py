@@ -29,7 +29,10 @@ SUBSET = {
     "hypot", "erfinv", "nn.functional.adaptive_max_pool2d", "nn.functional.binary_cross_entropy",
     "trace", "nansum", "count_nonzero", "aminmax", "norm", "dist", "linspace", "logspace", "eye",
     "nn.functional.pairwise_distance", "nn.functional.embedding_bag", "take", "put",
-    "masked_scatter", "scatter", "scatter_add",
+    "masked_scatter", "scatter", "scatter_add", "lgamma", "digamma", "erfc", "special.erfcx",
+    "special.log_ndtr", "special.entr", "special.xlog1py", "cummax", "cummin", "logcumsumexp",
+    "bitwise_left_shift", "bitwise_right_shift", "linalg.cross", "cross", "vdot", "renorm",
+    "angle", "nn.functional.channel_shuffle", "equal", "cdist", "nn.functional.pdist",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
@@ -37,6 +40,9 @@ VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate")
             ("round", "decimals_3"), ("round", "decimals_neg_3"), ("nn.functional.interpolate", "bicubic")}
 VARIANTS |= {("scatter_reduce", r) for r in ("sum", "prod", "mean", "amax", "amin")}
 VARIANTS |= {("index_reduce", r) for r in ("prod", "mean", "amax", "amin")}
+VARIANTS |= {("polygamma", "polygamma_n_0"), ("polygamma", "polygamma_n_1"),
+             ("special.polygamma", "special_polygamma_n_0")}
+VARIANTS |= {("mvlgamma", f"mvlgamma_p_{p}") for p in (1, 3, 5)}
 OPS = [op for op in op_db
        if (op.name in SUBSET and op.variant_test_name == "") or (op.name, op.variant_test_name) in VARIANTS]
 
