@@ -2,10 +2,11 @@
 max_pool3d_with_indices (PyTorch's flat d * H * W + h * W + w indices, ceil_mode, padding,
 dilation), avg_pool3d (ceil_mode, count_include_pad, divisor_override), adaptive_avg_pool3d and
 adaptive_max_pool3d; batched and unbatched, odd sizes, float32 and bfloat16, the nn modules, and a
-tiny 3-D conv net that trains like on the CPU. (The 2-D pooling tests are in test_lowerings_nn.py.)
+tiny 3-D conv net that trains like on the CPU; and max_unpool2d/3d (the CPU's last write wins where
+indices repeat). (The 2-D pooling tests are in test_lowerings_nn.py.)
 
 Tolerances:
-- Max pooling only picks values: forward exact (indices equal); the backward adds the gradients
+- Max pooling and unpooling only move values: forward exact (indices equal); the backward adds the gradients
   of overlapping windows in the CPU's order, float32 within 1e-6.
 - Average pooling sums a window in another order than the CPU (reduce_window), and adaptive
   average pooling over sizes that do not divide runs as products at HIGHEST precision (six bf16
@@ -185,3 +186,40 @@ def test_tiny_video_net_trains_like_cpu(highest):
     assert losses["tpu"] == pytest.approx(losses["cpu"], rel=1e-4, abs=1e-4)
     for p_cpu, p_tpu in zip(nets["cpu"].parameters(), nets["tpu"].parameters()):
         torch.testing.assert_close(p_tpu.detach().cpu(), p_cpu.detach(), rtol=1e-4, atol=1e-4)
+
+
+# ---- max unpooling (2-D and 3-D) -----------------------------------------------------------------
+
+POOL_UNPOOL = {2: (F.max_pool2d, F.max_unpool2d, (2, 3, 8, 10)), 3: (F.max_pool3d, F.max_unpool3d, (2, 3, 6, 8, 4))}
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_max_unpool_inverts_max_pool(dims):
+    pool, unpool, shape = POOL_UNPOOL[dims]
+    x = randn(*shape)
+    vals, idx = pool(x, 3, 2, 1, return_indices=True)  # overlapping windows: repeated indices
+    compare(lambda v, i: unpool(v, i, 3, 2, 1, output_size=x.shape[-dims:]), vals, idx, **EXACT)
+    x = x[..., :-1]                                     # odd width: a larger output_size than the default
+    vals, idx = pool(x, 2, return_indices=True)
+    compare(lambda v, i: unpool(v, i, 2, output_size=x.shape[-dims:]), vals, idx, **EXACT)
+    x = x[..., :-1]
+    vals, idx = pool(x[0], 2, return_indices=True)     # unbatched, default output size
+    compare(lambda v, i: unpool(v, i, 2), vals, idx, **EXACT)
+    compare(lambda v, i: unpool(v, i, 2), vals.bfloat16(), idx, **EXACT)
+    module = nn.MaxUnpool2d(2) if dims == 2 else nn.MaxUnpool3d(2)
+    compare(module, vals, idx, **EXACT)
+
+
+def test_max_unpool_repeated_indices_last_write_wins_like_cpu():
+    vals = torch.arange(1.0, 9.0).view(1, 2, 2, 2)
+    idx = torch.tensor([[[[0, 0], [5, 3]], [[7, 7], [7, 1]]]])
+    compare(lambda v, i: F.max_unpool2d(v, i, 2), vals, idx, **EXACT)
+
+
+def test_max_unpool_invalid_index_raises_and_the_device_keeps_working():
+    vals, idx = torch.ones(1, 1, 2, 2), torch.tensor([[[[0, 1], [2, 16]]]])
+    with pytest.raises(RuntimeError, match="Found an invalid max index"):
+        F.max_unpool2d(vals, idx, 2)
+    with pytest.raises((IndexError, RuntimeError), match="out of range"):  # found on the chip
+        F.max_unpool2d(tpu(vals), tpu(idx), 2).cpu()
+    compare(lambda v, i: F.max_unpool2d(v, i, 2), vals, idx.clamp(max=15), **EXACT)

@@ -1,6 +1,6 @@
 // lower_pool.cpp: lowerings of 2-D and 3-D pooling forward and backward: max pooling (with
 // PyTorch's flat h * W + w and d * H * W + h * W + w indices), average pooling (ceil_mode,
-// count_include_pad, divisor_override) and adaptive max and average pooling.
+// count_include_pad, divisor_override), adaptive max and average pooling, and max unpooling.
 //
 // Inputs are (N, C, [D,] H, W) or (C, [D,] H, W); the leading dims are folded into one
 // plane dim P, so every graph works on (P, spatial...) with n = 2 or 3 spatial dims. Sums
@@ -11,6 +11,7 @@
 //                     maximum wins, the last NaN wins (as on CPU), an all -inf window
 //                     keeps its first in-bounds element
 //   max pooling bwd   scatter-add of grad_output into (P, D * H * W) at the saved indices
+//   max unpooling     the same scatter, writing the values into zeros
 //   avg pooling       reduce_window SUM / a divisor computed from iotas
 //   avg pooling bwd   grad / divisor, dilated by the stride (interior padding) and summed
 //                     over each window: the transpose of the forward window sum
@@ -211,20 +212,14 @@ void max_pool(LowerCtx &ctx) {
   ctx.results = {tpu_graph_reshape(ctx.g, best, &out), tpu_graph_reshape(ctx.g, idx, &out)};
 }
 
-// The backward of a max pooling over N dims (grad_output argument 0, self argument 1):
-// grad_output scatter-added into (P, D * H * W) at the saved indices (argument |indices|).
-template <int N, size_t indices>
-void scatter_at_max_indices(LowerCtx &ctx) {
-  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
-  tpu_shape_t self_shape = shape_of(ctx.g, ctx.v(1)), gs = shape_of(ctx.g, ctx.v(0));
-  Pool p = pool_dims(self_shape, gs, N);
-  int64_t L = product(p.out, N), HW = product(p.in, N);
-  tpu_shape_t pl{2, {p.planes, L}}, pl1{3, {p.planes, L, 1}};
-  tpu_value_t g = tpu_graph_reshape(ctx.g, convert(ctx.g, ctx.v(0), dt), &pl);
-  tpu_value_t idx = tpu_graph_reshape(ctx.g, convert(ctx.g, ctx.v(indices), TPU_I64), &pl1);
-  tpu_value_t plane = tpu_graph_iota(ctx.g, TPU_I64, &pl1, 0);
-  tpu_value_t pair_[2] = {plane, idx};
-  tpu_value_t where = tpu_graph_concatenate(ctx.g, pair_, 2, 2);  // (P, L, 2)
+// (P, M) |base| with |values| (P, L) written (REPLACE) or added (ADD) at positions |idx|
+// (P, L) of their plane; out-of-range indices are errors.
+tpu_value_t scatter_in_planes(LowerCtx &ctx, tpu_value_t base, tpu_value_t values, tpu_value_t idx,
+                              tpu_scatter_kind_t kind) {
+  tpu_shape_t vs = shape_of(ctx.g, values);
+  tpu_shape_t pl1{3, {vs.dims[0], vs.dims[1], 1}};
+  tpu_value_t pair_[2] = {tpu_graph_iota(ctx.g, TPU_I64, &pl1, 0), tpu_graph_reshape(ctx.g, convert(ctx.g, idx, TPU_I64), &pl1)};
+  tpu_value_t where = tpu_graph_concatenate(ctx.g, pair_, 2, 2);  // (P, L, 2): (plane, index)
   tpu_scatter_attrs_t a{};
   a.num_update_window_dims = 0;
   a.num_inserted_window_dims = 2;
@@ -234,11 +229,42 @@ void scatter_at_max_indices(LowerCtx &ctx) {
   a.scatter_dims_to_operand_dims[0] = 0;
   a.scatter_dims_to_operand_dims[1] = 1;
   a.index_vector_dim = 2;
-  a.kind = TPU_SCATTER_ADD;
+  a.kind = kind;
   a.check_bounds = true;
-  tpu_shape_t flat{2, {p.planes, HW}};
-  tpu_value_t r = tpu_graph_scatter(ctx.g, full(ctx.g, dt, flat, 0), where, g, &a);
+  return tpu_graph_scatter(ctx.g, base, where, values, &a);
+}
+
+// The backward of a max pooling over N dims (grad_output argument 0, self argument 1):
+// grad_output scatter-added into (P, D * H * W) at the saved indices (argument |indices|).
+template <int N, size_t indices>
+void scatter_at_max_indices(LowerCtx &ctx) {
+  tpu_dtype_t dt = compute_dtype(ctx.out_dtype());
+  Pool p = pool_dims(shape_of(ctx.g, ctx.v(1)), shape_of(ctx.g, ctx.v(0)), N);
+  tpu_shape_t pl{2, {p.planes, product(p.out, N)}}, flat{2, {p.planes, product(p.in, N)}};
+  tpu_value_t g = tpu_graph_reshape(ctx.g, convert(ctx.g, ctx.v(0), dt), &pl);
+  tpu_value_t idx = tpu_graph_reshape(ctx.g, ctx.v(indices), &pl);
+  tpu_value_t r = scatter_in_planes(ctx, full(ctx.g, dt, flat, 0), g, idx, TPU_SCATTER_ADD);
   tpu_shape_t out = ctx.out_shape();
+  ctx.results = {tpu_graph_reshape(ctx.g, r, &out)};
+}
+
+// max_unpool2d(self, indices, output_size), max_unpool3d(self, indices, output_size, stride,
+// padding): self's values written at their flat indices into zeros of (P, [OD *] OH * OW),
+// in order, so that the last write wins where indices repeat (as on CPU).
+template <int N>
+void max_unpool(LowerCtx &ctx) {
+  tpu_dtype_t dt = ctx.out_dtype();
+  tpu_shape_t out = ctx.out_shape();
+  tpu_shape_t self_shape = shape_of(ctx.g, ctx.v(0));
+  if (numel(self_shape) == 0 || numel(out) == 0) {
+    ctx.results = {full(ctx.g, dt, out, 0)};
+    return;
+  }
+  Pool p = pool_dims(out, self_shape, N);  // in: the unpooled sizes, out: self's
+  tpu_shape_t pl{2, {p.planes, product(p.out, N)}}, flat{2, {p.planes, product(p.in, N)}};
+  tpu_value_t v = tpu_graph_reshape(ctx.g, ctx.v(0), &pl);
+  tpu_value_t idx = tpu_graph_reshape(ctx.g, ctx.v(1), &pl);
+  tpu_value_t r = scatter_in_planes(ctx, full(ctx.g, dt, flat, 0), v, idx, TPU_SCATTER_REPLACE);
   ctx.results = {tpu_graph_reshape(ctx.g, r, &out)};
 }
 
@@ -547,6 +573,10 @@ LoweringRegistrar registrar({
     {"adaptive_max_pool3d.out", adaptive_max_pool<3>},
     {"adaptive_max_pool3d_backward", scatter_at_max_indices<3, 2>},
     {"adaptive_max_pool3d_backward.grad_input", scatter_at_max_indices<3, 2>},
+    {"max_unpool2d", max_unpool<2>},
+    {"max_unpool2d.out", max_unpool<2>},
+    {"max_unpool3d", max_unpool<3>},
+    {"max_unpool3d.out", max_unpool<3>},
 });
 
 }  // namespace
