@@ -28,7 +28,9 @@ SUBSET = {
     "logaddexp2", "signbit", "copysign", "nan_to_num", "frac", "fmax", "fmin", "heaviside",
     "hypot", "erfinv", "nn.functional.adaptive_max_pool2d", "nn.functional.binary_cross_entropy",
     "trace", "nansum", "count_nonzero", "aminmax", "norm", "dist", "linspace", "logspace", "eye",
-    "nn.functional.pairwise_distance",
+    "nn.functional.pairwise_distance", "nn.functional.max_pool3d", "nn.functional.avg_pool3d",
+    "nn.functional.adaptive_avg_pool3d", "nn.functional.adaptive_max_pool3d", "nn.functional.unfold",
+    "nn.functional.max_unpool1d", "nn.functional.max_unpool2d", "nn.functional.max_unpool3d",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
