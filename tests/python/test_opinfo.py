@@ -33,6 +33,9 @@ SUBSET = {
     "special.log_ndtr", "special.entr", "special.xlog1py", "cummax", "cummin", "logcumsumexp",
     "bitwise_left_shift", "bitwise_right_shift", "linalg.cross", "cross", "vdot", "renorm",
     "angle", "nn.functional.channel_shuffle", "equal", "cdist", "nn.functional.pdist",
+    "nn.functional.max_pool3d", "nn.functional.avg_pool3d",
+    "nn.functional.adaptive_avg_pool3d", "nn.functional.adaptive_max_pool3d", "nn.functional.unfold",
+    "nn.functional.max_unpool1d", "nn.functional.max_unpool2d", "nn.functional.max_unpool3d",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
