@@ -168,6 +168,40 @@ def no_fallback(fn):
     return out
 
 
+@pytest.fixture
+def highest():
+    """Matmuls and convolutions at full f32 precision for the test (the default is the MXU's
+    bf16 passes), as a model compared with the CPU over several steps needs."""
+    previous = torchtpu.get_matmul_precision()
+    torchtpu.set_matmul_precision("highest")
+    yield
+    torchtpu.set_matmul_precision(previous)
+
+
+def sgd_losses(opt, loss_of_step, steps):
+    """|steps| optimizer steps on the loss that loss_of_step() computes; the losses as floats
+    (read once at the end, so the steps run without a sync)."""
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = loss_of_step()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    return [v.item() for v in losses]
+
+
+def assert_trains_like_cpu(train, rtol=1e-4, atol=1e-4):
+    """train(device) -> (losses, parameters on the CPU): on tpu at HIGHEST precision and with
+    no fallback, the same losses and parameters as on the CPU."""
+    want_losses, want_params = train("cpu")
+    with torch.tpu.precision("highest"):
+        got_losses, got_params = no_fallback(lambda: train("tpu"))
+    assert got_losses == pytest.approx(want_losses, rel=rtol, abs=atol)
+    for w, g in zip(want_params, got_params):
+        torch.testing.assert_close(g, w, rtol=rtol, atol=atol)
+
+
 def compare_with_cpu(fn, *args, rtol=1e-5, atol=1e-5, grad=True, nograd=()):
     """fn on CPU and on tpu (natively, no fallback): results agree in dtype, shape and value
     within rtol/atol, and so do the gradients of the float tensor arguments (except the

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import compare_with_cpu, no_fallback, tpu
+from conftest import assert_trains_like_cpu, compare_with_cpu, no_fallback, sgd_losses, tpu
 
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=5e-2)}
 INDICES = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 4, 4])  # repeated rows; row 0, 6-8 unused
@@ -131,20 +131,9 @@ def train(device, steps=4):
     i = torch.randint(0, 40, (8, 4)).to(device)
     y = torch.rand(8).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(model(u, uo, uw, i), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = sgd_losses(opt, lambda: F.binary_cross_entropy_with_logits(model(u, uo, uw, i), y), steps)
     return losses, [p.detach().cpu() for p in model.parameters()]
 
 
 def test_recsys_trains_natively_like_cpu():
-    want_losses, want_params = train("cpu")
-    with torch.tpu.precision("highest"):  # f32 matmuls (DEFAULT rounds them to bf16)
-        got_losses, got_params = no_fallback(lambda: train("tpu"))
-    assert got_losses == pytest.approx(want_losses, rel=1e-4, abs=1e-4)
-    for w, g in zip(want_params, got_params):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert_trains_like_cpu(train)

@@ -15,9 +15,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import torchtpu
 
-from conftest import compare_with_cpu as compare, no_fallback, tpu
+from conftest import compare_with_cpu as compare, no_fallback, sgd_losses, tpu
 
 GEN = torch.Generator().manual_seed(0)
 EXACT = dict(rtol=1e-6, atol=1e-6)
@@ -103,13 +102,6 @@ def test_bad_arguments_raise_pytorchs_error_and_the_device_keeps_working():
     compare(lambda t: F.unfold(t, 2), randn(1, 2, 4, 4), **EXACT)
 
 
-@pytest.fixture
-def highest():
-    previous = torchtpu.get_matmul_precision()
-    torchtpu.set_matmul_precision("highest")
-    yield
-    torchtpu.set_matmul_precision(previous)
-
 
 class PatchEmbed(nn.Module):
     """ViT-style: 4x4 patches by F.unfold, a linear embedding, mean over patches, a classifier."""
@@ -132,17 +124,8 @@ def test_patch_embedding_trains_like_cpu(highest):
         net = PatchEmbed().to(device)
         opt = torch.optim.SGD(net.parameters(), lr=0.5)
         x, y = images.detach().to(device).requires_grad_(), labels.to(device)
-
         def steps():
-            losses = []
-            for _ in range(3):
-                opt.zero_grad()
-                loss = F.cross_entropy(net(x), y)
-                loss.backward()
-                opt.step()
-                losses.append(loss.detach())
-            return [v.item() for v in losses]
-
+            return sgd_losses(opt, lambda: F.cross_entropy(net(x), y), 3)
         result[device] = (steps() if device == "cpu" else no_fallback(steps), net, x.grad)
     assert result["tpu"][0] == pytest.approx(result["cpu"][0], rel=1e-4, abs=1e-4)
     for p_cpu, p_tpu in zip(result["cpu"][1].parameters(), result["tpu"][1].parameters()):

@@ -24,20 +24,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import torchtpu
 
 from conftest import compare_with_cpu as compare, no_fallback, run_json, tpu
 
 # padding="same" with an even kernel pads asymmetrically (PyTorch warns that it copies)
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
 
-
-@pytest.fixture
-def highest():
-    previous = torchtpu.get_matmul_precision()
-    torchtpu.set_matmul_precision("highest")
-    yield
-    torchtpu.set_matmul_precision(previous)
 
 
 # ---- convolution ------------------------------------------------------------------------------

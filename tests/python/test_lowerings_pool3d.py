@@ -21,9 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import torchtpu
 
-from conftest import compare_with_cpu as compare, no_fallback, tpu
+from conftest import compare_with_cpu as compare, no_fallback, sgd_losses, tpu
 
 GEN = torch.Generator().manual_seed(0)
 EXACT = dict(rtol=1e-6, atol=1e-6)
@@ -146,13 +145,6 @@ def test_bad_arguments_raise_pytorchs_error_and_the_device_keeps_working():
     compare(lambda t: F.max_pool3d(t, 2, return_indices=True), x, **EXACT)
 
 
-@pytest.fixture
-def highest():
-    previous = torchtpu.get_matmul_precision()
-    torchtpu.set_matmul_precision("highest")
-    yield
-    torchtpu.set_matmul_precision(previous)
-
 
 def _video_net():
     torch.manual_seed(0)
@@ -170,17 +162,8 @@ def test_tiny_video_net_trains_like_cpu(highest):
         net = _video_net().to(device)
         opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         x, y = clips.to(device), labels.to(device)
-
         def steps():
-            out = []
-            for _ in range(3):
-                opt.zero_grad()
-                loss = F.cross_entropy(net(x), y)
-                loss.backward()
-                opt.step()
-                out.append(loss.detach())
-            return [v.item() for v in out]
-
+            return sgd_losses(opt, lambda: F.cross_entropy(net(x), y), 3)
         losses[device] = steps() if device == "cpu" else no_fallback(steps)
         nets[device] = net
     assert losses["tpu"] == pytest.approx(losses["cpu"], rel=1e-4, abs=1e-4)

@@ -18,7 +18,7 @@ scatter, and the device keeps working.
 import pytest
 import torch
 
-from conftest import compare_with_cpu, no_fallback, tpu
+from conftest import assert_trains_like_cpu, compare_with_cpu, sgd_losses, tpu
 
 REDUCES = ["sum", "prod", "mean", "amax", "amin"]
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=5e-2)}
@@ -228,20 +228,9 @@ def train(device, steps=4):
     edges = torch.randint(0, 12, (2, 40)).to(device)
     y = torch.randint(0, 3, (12,)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x, edges), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = sgd_losses(opt, lambda: torch.nn.functional.cross_entropy(model(x, edges), y), steps)
     return losses, [p.detach().cpu() for p in model.parameters()]
 
 
 def test_gnn_trains_natively_like_cpu():
-    want_losses, want_params = train("cpu")
-    with torch.tpu.precision("highest"):  # f32 matmuls (DEFAULT rounds them to bf16)
-        got_losses, got_params = no_fallback(lambda: train("tpu"))
-    assert got_losses == pytest.approx(want_losses, rel=1e-4, abs=1e-4)
-    for w, g in zip(want_params, got_params):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert_trains_like_cpu(train)

@@ -17,14 +17,6 @@ from conftest import compare_with_cpu, no_fallback
 GEN = torch.Generator().manual_seed(0)
 
 
-@pytest.fixture
-def highest():
-    """Products at full f32 precision (the default is the MXU's bf16 passes)."""
-    previous = torchtpu.get_matmul_precision()
-    torchtpu.set_matmul_precision("highest")
-    yield
-    torchtpu.set_matmul_precision(previous)
-
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
 def test_shifts_match_the_cpu(dtype):
