@@ -93,6 +93,37 @@ def test_views_inplace_and_rng_match_strict():
         assert torch.allclose(strict[i], cpu[i], atol=5e-2, rtol=5e-2), i
 
 
+def lowered_ops(device):
+    """One call each of the gather/scatter/scan-heavy lowerings (sampling, scatter_reduce,
+    bags, 3-D pooling, special functions, scans, distances, unfold) and grid_sample's
+    backward; every result, and the number of fallback calls."""
+    g = torch.Generator().manual_seed(0)
+    x, grid = torch.randn(2, 3, 6, 7, generator=g), torch.rand(2, 4, 5, 2, generator=g) * 2.4 - 1.2
+    src, idx = torch.randn(10, 4, generator=g), torch.randint(0, 5, (10, 4), generator=g)
+    emb, bag = torch.randn(20, 4, generator=g), torch.randint(0, 20, (12,), generator=g)
+    clip = torch.rand(2, 3, 4, 5, 6, generator=g)
+    xs, gs, src = x.to(device).requires_grad_(), grid.to(device).requires_grad_(), src.to(device)
+    torchtpu.reset_fallback_stats()
+    out = [torch.nn.functional.grid_sample(xs, gs, align_corners=False),
+           torch.zeros(5, 4, device=device).scatter_reduce(0, idx.to(device), src, "amax", include_self=False),
+           torch.nn.functional.embedding_bag(bag.to(device), emb.to(device), torch.tensor([0, 3, 3, 8], device=device),
+                                             mode="mean"),
+           torch.nn.functional.max_pool3d(clip.to(device), 2), torch.lgamma(src.abs() + 0.1),
+           torch.logcumsumexp(src, 0), torch.cdist(src, src[:3], p=1.5), torch.nn.functional.unfold(xs, 3),
+           torch.cummax(src, 0).indices]
+    out[0].sum().backward()
+    result = [o.detach().cpu() for o in out + [xs.grad, gs.grad]]
+    return result, sum(torchtpu.fallback_stats().values())
+
+
+def test_lowered_ops_give_the_same_bits_in_fused_mode():
+    strict, strict_fallbacks = in_mode("strict", lambda: lowered_ops("tpu"))
+    fused, fused_fallbacks = in_mode("fused", lambda: lowered_ops("tpu"))
+    assert strict_fallbacks == fused_fallbacks == 0
+    for i, (s, f) in enumerate(zip(strict, fused)):
+        assert torch.equal(s, f), i
+
+
 def branchy_loop(device):
     x = torch.zeros(4, device=device)
     taken = []
