@@ -1,0 +1,242 @@
+// lower_reorder.cpp: lowerings of the ops that reorder, pick or repeat values along dims:
+// sort (stable), topk, kthvalue and median along a dim (on top of the IR's sort/argsort),
+// repeat, flip, roll, channel_shuffle, constant_pad_nd and narrow_copy.
+#include <ATen/core/Tensor.h>
+
+#include <cmath>
+#include <vector>
+
+#include "native.h"
+
+namespace torchtpu {
+namespace {
+
+// ---- sort / topk -------------------------------------------------------------------------------------
+
+void sort_impl(LowerCtx &ctx, int64_t dim, bool descending) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  if (xs.rank == 0) {
+    ctx.results = {x, full(ctx.g, TPU_I64, xs, 0)};
+    return;
+  }
+  if (dtype_of(ctx.g, x) == TPU_BOOL) x = convert(ctx.g, x, TPU_U8);
+  tpu_sort_attrs_t a{};
+  a.dim = static_cast<int>(wrap_dim(dim, xs.rank));
+  a.descending = descending;
+  a.stable = true;
+  ctx.results = {tpu_graph_sort(ctx.g, x, &a), tpu_graph_argsort(ctx.g, x, &a)};
+}
+
+// sort.stable / sort.values_stable(self, stable, dim, descending)
+void sort_stable(LowerCtx &ctx) { sort_impl(ctx, ctx.arg(2).toInt(), ctx.arg(3).toBool()); }
+// sort.values(self, dim, descending)
+void sort_values(LowerCtx &ctx) { sort_impl(ctx, ctx.arg(1).toInt(), ctx.arg(2).toBool()); }
+
+// topk(self, k, dim, largest, sorted): the first k of a stable sort (ties keep index order).
+void topk(LowerCtx &ctx) {
+  int64_t k = ctx.arg(1).toInt();
+  sort_impl(ctx, ctx.arg(2).toInt(), ctx.arg(3).toBool());
+  tpu_shape_t xs = shape_of(ctx.g, ctx.v(0));
+  if (xs.rank == 0) return;
+  int64_t dim = wrap_dim(ctx.arg(2).toInt(), xs.rank);
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+  for (int d = 0; d < xs.rank; d++) limit[d] = xs.dims[d], step[d] = 1;
+  limit[dim] = k;
+  for (tpu_value_t &r : ctx.results) r = tpu_graph_slice(ctx.g, r, start, limit, step);
+}
+
+// The element at sorted position |k| along |dim| of (values, indices) -> results, keeping
+// |dim| as size 1 if |keepdim|.
+void pick_sorted(LowerCtx &ctx, int64_t dim, int64_t k, bool keepdim) {
+  tpu_shape_t s = shape_of(ctx.g, ctx.results[0]);
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+  for (int d = 0; d < s.rank; d++) limit[d] = s.dims[d], step[d] = 1;
+  start[dim] = k;
+  limit[dim] = k + 1;
+  tpu_shape_t out = ctx.out_shape(0);
+  for (tpu_value_t &r : ctx.results) {
+    r = tpu_graph_slice(ctx.g, r, start, limit, step);
+    if (!keepdim) r = tpu_graph_reshape(ctx.g, r, &out);
+  }
+}
+
+// kthvalue(self, k, dim, keepdim) -> (values, indices): NaN counts as the largest value.
+void kthvalue(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  if (xs.rank == 0) throw Unsupported("kthvalue of a scalar");
+  int64_t dim = wrap_dim(ctx.arg(2).toInt(), xs.rank);
+  sort_impl(ctx, dim, false);
+  pick_sorted(ctx, dim, ctx.arg(1).toInt() - 1, ctx.arg(3).toBool());
+}
+
+// median.dim(self, dim, keepdim) -> (values, indices): the lower median; a NaN along dim
+// makes the median NaN with the index of the first NaN, as in PyTorch.
+void median_dim(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  if (xs.rank == 0 || !tpu_dtype_is_float(dtype_of(ctx.g, x))) throw Unsupported("median");
+  int64_t dim = wrap_dim(ctx.arg(1).toInt(), xs.rank);
+  bool keepdim = ctx.arg(2).toBool();
+  if (xs.dims[dim] == 0) throw Unsupported("median of an empty dim");
+  sort_impl(ctx, dim, false);
+  pick_sorted(ctx, dim, (xs.dims[dim] - 1) / 2, keepdim);
+  tpu_value_t nan = tpu_graph_compare(ctx.g, TPU_CMP_NE, x, x);
+  tpu_shape_t out = ctx.out_shape(0);
+  tpu_value_t any = tpu_graph_reshape(ctx.g, reduce_dims(ctx.g, TPU_REDUCE_OR, nan, {dim}, false), &out);
+  tpu_value_t first = reduce_dims(ctx.g, TPU_REDUCE_ARGMAX, convert(ctx.g, nan, TPU_I32), {dim}, false);
+  first = tpu_graph_reshape(ctx.g, first, &out);
+  tpu_dtype_t dt = dtype_of(ctx.g, ctx.results[0]);
+  ctx.results[0] = tpu_graph_select(ctx.g, any, full(ctx.g, dt, out, std::nan("")), ctx.results[0]);
+  ctx.results[1] = tpu_graph_select(ctx.g, any, first, ctx.results[1]);
+}
+
+// ---- shapes ------------------------------------------------------------------------------------------
+
+// repeat(self, repeats): x broadcast to (.., r_i, d_i, ..) (a repeat axis only where r_i > 1),
+// then merged to (.., r_i * d_i, ..).
+void repeat(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  std::vector<int64_t> reps = ctx.arg(1).toIntVector();
+  int n = static_cast<int>(reps.size());
+  if (n < xs.rank) throw Unsupported("repeat: fewer repeats than dims");
+  tpu_shape_t big{};
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < n; i++) {
+    int src = i - (n - xs.rank);  // x's dim, or < 0 for a new leading dim
+    if (reps[i] != 1 || src < 0) {
+      if (big.rank >= TPU_MAX_RANK) throw Unsupported("repeat: rank above 8");
+      big.dims[big.rank++] = reps[i];
+    }
+    if (src >= 0) {
+      if (big.rank >= TPU_MAX_RANK) throw Unsupported("repeat: rank above 8");
+      dims[src] = big.rank;
+      big.dims[big.rank++] = xs.dims[src];
+    }
+  }
+  tpu_value_t b = tpu_graph_broadcast_in_dim(ctx.g, x, &big, dims);
+  tpu_shape_t out = ctx.out_shape();
+  ctx.results = {tpu_graph_reshape(ctx.g, b, &out)};
+}
+
+void flip(LowerCtx &ctx) {  // flip(self, dims)
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  if (xs.rank == 0) {
+    ctx.results = {x};
+    return;
+  }
+  bool dims[TPU_MAX_RANK] = {false};
+  for (int64_t d : ctx.arg(1).toIntVector()) dims[wrap_dim(d, xs.rank)] = true;
+  ctx.results = {tpu_graph_reverse(ctx.g, x, dims)};
+}
+
+tpu_value_t roll_dim(LowerCtx &ctx, tpu_value_t x, int64_t shift, int64_t dim) {
+  tpu_shape_t s = shape_of(ctx.g, x);
+  int64_t n = s.dims[dim];
+  if (n == 0) return x;
+  int64_t k = ((shift % n) + n) % n;
+  if (k == 0) return x;
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+  for (int d = 0; d < s.rank; d++) limit[d] = s.dims[d], step[d] = 1;
+  start[dim] = n - k;
+  tpu_value_t tail = tpu_graph_slice(ctx.g, x, start, limit, step);
+  start[dim] = 0;
+  limit[dim] = n - k;
+  tpu_value_t head = tpu_graph_slice(ctx.g, x, start, limit, step);
+  tpu_value_t parts[2] = {tail, head};
+  return tpu_graph_concatenate(ctx.g, parts, 2, static_cast<int>(dim));
+}
+
+void roll(LowerCtx &ctx) {  // roll(self, shifts, dims)
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  std::vector<int64_t> shifts = ctx.arg(1).toIntVector(), dims = ctx.arg(2).toIntVector();
+  if (dims.empty()) {
+    if (shifts.size() != 1) throw Unsupported("roll shifts");
+    tpu_shape_t flat{1, {numel(xs)}};
+    tpu_value_t r = roll_dim(ctx, tpu_graph_reshape(ctx.g, x, &flat), shifts[0], 0);
+    ctx.results = {tpu_graph_reshape(ctx.g, r, &xs)};
+    return;
+  }
+  if (shifts.size() != dims.size()) throw Unsupported("roll shifts and dims differ in length");
+  for (size_t i = 0; i < dims.size(); i++) x = roll_dim(ctx, x, shifts[i], wrap_dim(dims[i], xs.rank));
+  ctx.results = {x};
+}
+
+// channel_shuffle(self, groups): (N, C, *) viewed as (N, g, C / g, *), the two group dims
+// swapped, viewed back (the meta kernel checks that g divides C)
+void channel_shuffle(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  const int64_t groups = ctx.arg(1).toInt();
+  if (xs.rank < 2 || xs.rank + 1 > TPU_MAX_RANK) throw Unsupported("channel_shuffle rank");
+  tpu_shape_t split{xs.rank + 1, {xs.dims[0], groups, xs.dims[1] / groups}};
+  int64_t perm[TPU_MAX_RANK] = {0, 2, 1};
+  for (int d = 2; d < xs.rank; d++) {
+    split.dims[d + 1] = xs.dims[d];
+    perm[d + 1] = d + 1;
+  }
+  tpu_value_t t = tpu_graph_transpose(ctx.g, tpu_graph_reshape(ctx.g, x, &split), perm);
+  ctx.results = {tpu_graph_reshape(ctx.g, t, &xs)};
+}
+
+// constant_pad_nd(self, pad, value): pad pairs (lo, hi) from the last dim backwards; negative
+// entries crop.
+void constant_pad_nd(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  std::vector<int64_t> pad = ctx.arg(1).toIntVector();
+  if (pad.size() % 2 != 0 || static_cast<int>(pad.size() / 2) > xs.rank) throw Unsupported("pad length");
+  int64_t lo[TPU_MAX_RANK] = {0}, hi[TPU_MAX_RANK] = {0}, interior[TPU_MAX_RANK] = {0};
+  for (size_t i = 0; i < pad.size() / 2; i++) {
+    int d = xs.rank - 1 - static_cast<int>(i);
+    lo[d] = pad[2 * i];
+    hi[d] = pad[2 * i + 1];
+  }
+  tpu_value_t value = convert(ctx.g, ctx.v(2), dtype_of(ctx.g, x));
+  ctx.results = {tpu_graph_pad(ctx.g, x, value, lo, hi, interior)};
+}
+
+// narrow_copy(self, dim, start, length)
+void narrow_copy(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  int64_t dim = wrap_dim(ctx.arg(1).toInt(), xs.rank);
+  int64_t start = ctx.arg(2).toInt(), length = ctx.arg(3).toInt();
+  if (start < 0) start += xs.dims[dim];
+  int64_t st[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+  for (int d = 0; d < xs.rank; d++) limit[d] = xs.dims[d], step[d] = 1;
+  st[dim] = start;
+  limit[dim] = start + length;
+  ctx.results = {tpu_graph_slice(ctx.g, x, st, limit, step)};
+}
+
+LoweringRegistrar registrar({
+    {"channel_shuffle", channel_shuffle},
+    {"native_channel_shuffle", channel_shuffle},
+    {"sort.stable", sort_stable},
+    {"sort.values_stable", sort_stable},
+    {"sort.values", sort_values},
+    {"topk", topk},
+    {"topk.values", topk},
+    {"kthvalue", kthvalue},
+    {"kthvalue.values", kthvalue},
+    {"median.dim", median_dim},
+    {"median.dim_values", median_dim},
+    {"repeat", repeat},
+    {"repeat.out", repeat},
+    {"flip", flip},
+    {"flip.out", flip},
+    {"roll", roll},
+    {"roll.out", roll},
+    {"constant_pad_nd", constant_pad_nd},
+    {"constant_pad_nd.out", constant_pad_nd},
+    {"narrow_copy", narrow_copy},
+    {"narrow_copy.out", narrow_copy},
+});
+
+}  // namespace
+}  // namespace torchtpu
