@@ -610,10 +610,14 @@ TEST(every_gemm_kernel) {
 }
 
 TEST(packers_agree) {
-  /* the AVX-512 packers (contiguous, transposed and gathered sources) write the same bits
-   * as the portable one; the BF16-format one flushes subnormals, which this data avoids */
+  /* every vector packer this CPU runs (contiguous, transposed and gathered sources) writes
+   * the same bits as the portable one; the BF16-format one flushes subnormals, which this
+   * data avoids */
   const tpu_cpu_features_t *f = tpu_cpu_features(); /* the packers follow TORCHTPU_ISA */
-  if (!f->avx512f || !tpu_gemm_have_x86_kernels()) return;
+  if (!tpu_gemm_have_x86_kernels()) return;
+  const tpu_gemm_kernel_t *kerns[3] = {
+      f->avx512_bf16 && f->avx512f ? &tpu_gemm_kernel_avx512_bf16 : NULL,
+      f->avx512f ? &tpu_gemm_kernel_avx512 : NULL, f->avx2_fma ? &tpu_gemm_kernel_avx2 : NULL};
   int64_t W = 23, K = 37;
   static const int8_t comps[3][3] = {{0}, {0, 2, 1}, {0, 1, 2}};
   int64_t dims[2] = {W, K};
@@ -632,25 +636,28 @@ TEST(packers_agree) {
     for (int cv = -1; cv < 3; cv++) {
       int passes = cv <= 0 ? 1 : 3;
       tpu_gemm_panel_src_t src = {s.b.data, dt, &wax, &kax, passes, cv < 0 ? NULL : comps[cv]};
-      for (int fmt = 0; fmt < 2; fmt++) {
-        bool bf16 = fmt == 1;
-        if (bf16 && (cv < 0 || dt == TPU_F16 || !f->avx512_bf16)) continue;
-        for (int width = 14; width <= 32; width += 18) {
+      for (int kk = 0; kk < 3; kk++) {
+        const tpu_gemm_kernel_t *kern = kerns[kk];
+        if (!kern) continue;
+        bool bf16 = kern->format == TPU_GEMM_FORMAT_BF16;
+        if (bf16 && cv < 0) continue;
+        for (int width = 6; width <= 32; width += 8) { /* 6, 14, 22, 30: each tail length */
           for (int64_t w0 = 0; w0 < W; w0 += width) {
             int64_t kpass = K + bf16, n = passes * kpass / (bf16 ? 2 : 1) * width;
             uint32_t *p1 = calloc((size_t)n, 4), *p2 = calloc((size_t)n, 4);
-            /* the portable packer in one go, the AVX-512 one in two k ranges */
+            /* the portable packer in one go, the vector one in two k ranges */
             int64_t mid = kpass / 4 * 2;
-            tpu_gemm_pack_panel(bf16 ? TPU_GEMM_FORMAT_BF16 : TPU_GEMM_FORMAT_F32, &src, w0, width,
-                                kpass, 0, kpass, p1);
+            tpu_gemm_pack_panel(kern->format, &src, w0, width, kpass, 0, kpass, p1);
+            bool packed = true;
             for (int h = 0; h < 2; h++) {
               int64_t kb = h ? mid : 0, ke = h ? kpass : mid;
-              CHECK(bf16 ? tpu_gemm_pack_panel_bf16_avx512(&src, w0, width, kpass, kb, ke, p2)
-                         : tpu_gemm_pack_panel_f32_avx512(&src, w0, width, kpass, kb, ke, p2));
+              packed = kern->pack_panel(&src, w0, width, kpass, kb, ke, p2) && packed;
             }
-            if (memcmp(p1, p2, (size_t)n * 4) != 0) {
-              fprintf(stderr, "  packers differ: %s layout %d comps %d format %d\n",
-                      tpu_dtype_name(dt), layout, cv, fmt);
+            /* the AVX2 packer and the bf16 one leave f16 sources to the portable packer */
+            CHECK(packed == (dt != TPU_F16 || kern == &tpu_gemm_kernel_avx512));
+            if (packed && memcmp(p1, p2, (size_t)n * 4) != 0) {
+              fprintf(stderr, "  packers differ: %s %s layout %d comps %d width %d\n",
+                      kern->name, tpu_dtype_name(dt), layout, cv, width);
               check_current_failed = 1;
             }
             free(p1), free(p2);
@@ -660,18 +667,18 @@ TEST(packers_agree) {
           for (int width = 16; width <= 32; width += 16) {
             int64_t kpass = K + bf16, steps = passes * kpass / (bf16 ? 2 : 1);
             int64_t np = (W + width - 1) / width, n = np * steps * width;
-            tpu_gemm_format_t fm = bf16 ? TPU_GEMM_FORMAT_BF16 : TPU_GEMM_FORMAT_F32;
             uint32_t *p1 = calloc((size_t)n, 4), *p2 = calloc((size_t)n, 4);
             for (int64_t pi = 0; pi < np; pi++) {
-              tpu_gemm_pack_panel(fm, &src, pi * width, width, kpass, 0, kpass,
+              tpu_gemm_pack_panel(kern->format, &src, pi * width, width, kpass, 0, kpass,
                                   p1 + pi * steps * width);
             }
-            CHECK(tpu_gemm_pack_rows_avx512(fm, &src, width, np, kpass, 0, 2, p2, steps * width));
-            CHECK(tpu_gemm_pack_rows_avx512(fm, &src, width, np, kpass, 2, kpass, p2,
-                                            steps * width));
-            if (memcmp(p1, p2, (size_t)n * 4) != 0) {
-              fprintf(stderr, "  row packer differs: %s comps %d format %d width %d\n",
-                      tpu_dtype_name(dt), cv, fmt, width);
+            bool packed = kern->pack_rows(&src, width, np, kpass, 0, 2, p2, steps * width);
+            packed = kern->pack_rows(&src, width, np, kpass, 2, kpass, p2, steps * width) &&
+                     packed;
+            CHECK(packed == (dt != TPU_F16 || kern == &tpu_gemm_kernel_avx512));
+            if (packed && memcmp(p1, p2, (size_t)n * 4) != 0) {
+              fprintf(stderr, "  row packer differs: %s %s comps %d width %d\n", kern->name,
+                      tpu_dtype_name(dt), cv, width);
               check_current_failed = 1;
             }
             free(p1), free(p2);

@@ -224,7 +224,7 @@ static void ukernel_portable(int64_t ksteps, const void *a_, const void *b_, flo
 }
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_portable = {
-    "portable", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, ukernel_portable, false,
+    "portable", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, ukernel_portable, NULL, NULL,
 };
 
 static const tpu_gemm_kernel_t *pick_kernel(tpu_mxu_mode_t mode) {
@@ -285,7 +285,6 @@ static const void *elem_ptr(const tpu_gemm_matrix_t *m, int64_t off) {
 static void pack_one(gemm_ctx *x, bool is_a, int64_t bl, int64_t panel, int64_t kb, int64_t ke) {
   const tpu_gemm_t *g = x->g;
   const tpu_gemm_kernel_t *kern = x->kern;
-  bool bf16 = kern->format == TPU_GEMM_FORMAT_BF16;
   const tpu_gemm_matrix_t *m = is_a ? &g->a : &g->b;
   int width = is_a ? kern->mr : kern->nr;
   tpu_gemm_panel_src_t src;
@@ -298,11 +297,7 @@ static void pack_one(gemm_ctx *x, bool is_a, int64_t bl, int64_t panel, int64_t 
   char *dst = (is_a ? x->apk + (size_t)bl * x->a_bytes : x->bpk + (size_t)bl * x->b_bytes) +
               (size_t)panel * (size_t)x->ksteps * (size_t)width * 4;
   int64_t w0 = panel * width;
-  if (kern->avx512_pack &&
-      (bf16 ? tpu_gemm_pack_panel_bf16_avx512(&src, w0, width, x->kpass, kb, ke, dst)
-            : tpu_gemm_pack_panel_f32_avx512(&src, w0, width, x->kpass, kb, ke, dst))) {
-    return;
-  }
+  if (kern->pack_panel && kern->pack_panel(&src, w0, width, x->kpass, kb, ke, dst)) return;
   tpu_gemm_pack_panel(kern->format, &src, w0, width, x->kpass, kb, ke, dst);
 }
 
@@ -319,8 +314,8 @@ static bool pack_rows(gemm_ctx *x, bool is_a, int64_t bl, int64_t kb, int64_t ke
   src.num_passes = x->passes;
   src.comp = g->plan.mode == TPU_MXU_BF16 ? (is_a ? g->plan.a_comp : g->plan.b_comp) : NULL;
   char *dst = is_a ? x->apk + (size_t)bl * x->a_bytes : x->bpk + (size_t)bl * x->b_bytes;
-  return tpu_gemm_pack_rows_avx512(x->kern->format, &src, width, is_a ? x->mpanels : x->npanels,
-                                   x->kpass, kb, ke, dst, x->ksteps * width);
+  return x->kern->pack_rows(&src, width, is_a ? x->mpanels : x->npanels, x->kpass, kb, ke, dst,
+                            x->ksteps * width);
 }
 
 /* Packing items: per batch, either one per panel (all of K) or, for an operand read along
@@ -341,7 +336,7 @@ static void pack_slot(void *arg, int64_t begin, int64_t end) {
     }
     int64_t kb = r * kPackChunk, ke = kb + kPackChunk < x->kpass ? kb + kPackChunk : x->kpass;
     int64_t panels = is_a ? x->mpanels : x->npanels;
-    if (x->kern->avx512_pack && pack_rows(x, is_a, bl, kb, ke)) continue;
+    if (x->kern->pack_rows && pack_rows(x, is_a, bl, kb, ke)) continue;
     for (int64_t panel = 0; panel < panels; panel++) pack_one(x, is_a, bl, panel, kb, ke);
   }
 }

@@ -415,17 +415,23 @@ TPU_AVX512 static void pack_rows_f32(const tpu_gemm_panel_src_t *src, int width,
   }
 }
 
-bool tpu_gemm_pack_rows_avx512(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *src, int width,
-                               int64_t npanels, int64_t kpass, int64_t kb, int64_t ke, void *dst,
-                               int64_t panel_stride) {
-  const tpu_cpu_features_t *f = tpu_cpu_features();
+bool tpu_gemm_pack_rows_bf16_avx512(const tpu_gemm_panel_src_t *src, int width, int64_t npanels,
+                                    int64_t kpass, int64_t kb, int64_t ke, void *dst,
+                                    int64_t panel_stride) {
   if (src->w->offsets || src->w->stride != 1 || width % 16 != 0) return false;
-  if (format == TPU_GEMM_FORMAT_BF16) {
-    if (!f->avx512_bf16 || (src->dtype != TPU_F32 && src->dtype != TPU_BF16)) return false;
-    pack_rows_bf16(src, width, npanels, kpass, kb, ke, dst, panel_stride);
-    return true;
+  if (!tpu_cpu_features()->avx512_bf16 || (src->dtype != TPU_F32 && src->dtype != TPU_BF16)) {
+    return false;
   }
-  if (!f->avx512f || (src->dtype != TPU_F32 && src->dtype != TPU_BF16 && src->dtype != TPU_F16)) {
+  pack_rows_bf16(src, width, npanels, kpass, kb, ke, dst, panel_stride);
+  return true;
+}
+
+bool tpu_gemm_pack_rows_f32_avx512(const tpu_gemm_panel_src_t *src, int width, int64_t npanels,
+                                   int64_t kpass, int64_t kb, int64_t ke, void *dst,
+                                   int64_t panel_stride) {
+  if (src->w->offsets || src->w->stride != 1 || width % 16 != 0) return false;
+  if (!tpu_cpu_features()->avx512f ||
+      (src->dtype != TPU_F32 && src->dtype != TPU_BF16 && src->dtype != TPU_F16)) {
     return false;
   }
   pack_rows_f32(src, width, npanels, kpass, kb, ke, dst, panel_stride);
@@ -433,10 +439,12 @@ bool tpu_gemm_pack_rows_avx512(tpu_gemm_format_t format, const tpu_gemm_panel_sr
 }
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
-    "avx512_bf16", TPU_GEMM_FORMAT_BF16, MR, NR, 256, 112, 512, ukernel_bf16_14x32, true,
+    "avx512_bf16", TPU_GEMM_FORMAT_BF16, MR, NR, 256, 112, 512, ukernel_bf16_14x32,
+    tpu_gemm_pack_panel_bf16_avx512, tpu_gemm_pack_rows_bf16_avx512,
 };
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
-    "avx512", TPU_GEMM_FORMAT_F32, MR, NR, 512, 224, 512, ukernel_f32_14x32, true,
+    "avx512", TPU_GEMM_FORMAT_F32, MR, NR, 512, 224, 512, ukernel_f32_14x32,
+    tpu_gemm_pack_panel_f32_avx512, tpu_gemm_pack_rows_f32_avx512,
 };
 
 bool tpu_gemm_have_x86_kernels(void) { return true; }
@@ -454,19 +462,27 @@ bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0,
   return false;
 }
 
-const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
-    "avx512_bf16", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, false,
-};
-const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
-    "avx512", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, false,
-};
-bool tpu_gemm_pack_rows_avx512(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *src, int width,
-                               int64_t npanels, int64_t kpass, int64_t kb, int64_t ke, void *dst,
-                               int64_t panel_stride) {
-  (void)format, (void)src, (void)width, (void)npanels, (void)kpass, (void)kb, (void)ke;
-  (void)dst, (void)panel_stride;
+bool tpu_gemm_pack_rows_bf16_avx512(const tpu_gemm_panel_src_t *src, int width, int64_t npanels,
+                                    int64_t kpass, int64_t kb, int64_t ke, void *dst,
+                                    int64_t panel_stride) {
+  (void)src, (void)width, (void)npanels, (void)kpass, (void)kb, (void)ke, (void)dst;
+  (void)panel_stride;
   return false;
 }
+bool tpu_gemm_pack_rows_f32_avx512(const tpu_gemm_panel_src_t *src, int width, int64_t npanels,
+                                   int64_t kpass, int64_t kb, int64_t ke, void *dst,
+                                   int64_t panel_stride) {
+  (void)src, (void)width, (void)npanels, (void)kpass, (void)kb, (void)ke, (void)dst;
+  (void)panel_stride;
+  return false;
+}
+
+const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
+    "avx512_bf16", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL,
+};
+const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
+    "avx512", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL,
+};
 bool tpu_gemm_have_x86_kernels(void) { return false; }
 
 #endif

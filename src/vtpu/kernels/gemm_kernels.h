@@ -26,16 +26,6 @@ typedef enum tpu_gemm_format {
 typedef void (*tpu_gemm_ukernel_fn)(int64_t ksteps, const void *a, const void *b, float *c,
                                     int64_t ldc, bool accumulate);
 
-typedef struct tpu_gemm_kernel {
-  const char *name;
-  tpu_gemm_format_t format;
-  int mr, nr;     /* micro-tile of C */
-  int64_t kc;     /* packed k steps per cache block (B micro-panel kc x nr in L1) */
-  int64_t mc, nc; /* C rows / cols per task (A block mc x kc in L2), multiples of mr, nr */
-  tpu_gemm_ukernel_fn ukernel;
-  bool avx512_pack; /* fed by the AVX-512 packers (false: models a CPU without them) */
-} tpu_gemm_kernel_t;
-
 /* What one packed panel reads: element (w, k) of the source is at
  * data + w_axis(w) + k_axis(k); w is M for A and N for B. */
 typedef struct tpu_gemm_panel_src {
@@ -45,6 +35,26 @@ typedef struct tpu_gemm_panel_src {
   int num_passes;     /* BF16 mode: passes; F32 mode: 1 */
   const int8_t *comp; /* (num_passes,) bf16 component per pass; NULL: raw f32 */
 } tpu_gemm_panel_src_t;
+
+/* A vector packer for one format: writes what tpu_gemm_pack_panel would, or returns false
+ * (nothing written) when the source's dtype or layout is not one it handles. */
+typedef bool (*tpu_gemm_pack_panel_fn)(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                       int64_t kpass, int64_t kb, int64_t ke, void *dst);
+/* A whole-row packer (see tpu_gemm_pack_rows_f32_avx512); false when it does not apply. */
+typedef bool (*tpu_gemm_pack_rows_fn)(const tpu_gemm_panel_src_t *src, int width,
+                                      int64_t npanels, int64_t kpass, int64_t kb, int64_t ke,
+                                      void *dst, int64_t panel_stride);
+
+typedef struct tpu_gemm_kernel {
+  const char *name;
+  tpu_gemm_format_t format;
+  int mr, nr;     /* micro-tile of C */
+  int64_t kc;     /* packed k steps per cache block (B micro-panel kc x nr in L1) */
+  int64_t mc, nc; /* C rows / cols per task (A block mc x kc in L2), multiples of mr, nr */
+  tpu_gemm_ukernel_fn ukernel;
+  tpu_gemm_pack_panel_fn pack_panel; /* this ISA's packer; NULL: the portable one */
+  tpu_gemm_pack_rows_fn pack_rows;   /* this ISA's whole-row packer; NULL: panel by panel */
+} tpu_gemm_kernel_t;
 
 /* Packs rows [w0, w0 + width) of |src| (zero past the end) into the panel at |dst| in
  * |format|: (passes * kpass, width) entries of 4 bytes (k pairs for BF16), writing the
@@ -76,10 +86,21 @@ bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0,
 /* Packs the k range [kb, ke) of all |npanels| panels of a source that is contiguous along
  * w, sweeping each source row end to end (panel i at dst + i * panel_stride entries);
  * false when it does not apply (w not unit-stride, width not a multiple of 16, dtype or
- * ISA missing). */
-bool tpu_gemm_pack_rows_avx512(tpu_gemm_format_t format, const tpu_gemm_panel_src_t *src, int width,
-                               int64_t npanels, int64_t kpass, int64_t kb, int64_t ke, void *dst,
-                               int64_t panel_stride);
+ * ISA missing). One per format. */
+bool tpu_gemm_pack_rows_bf16_avx512(const tpu_gemm_panel_src_t *src, int width, int64_t npanels,
+                                    int64_t kpass, int64_t kb, int64_t ke, void *dst,
+                                    int64_t panel_stride);
+bool tpu_gemm_pack_rows_f32_avx512(const tpu_gemm_panel_src_t *src, int width, int64_t npanels,
+                                   int64_t kpass, int64_t kb, int64_t ke, void *dst,
+                                   int64_t panel_stride);
+
+/* The AVX2 packers for the F32 format (f32 or bf16 sources; the whole-row one for widths
+ * that are multiples of 8): what CPUs without AVX-512 pack DEFAULT/HIGH components with. */
+bool tpu_gemm_pack_panel_f32_avx2(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
+                                  int64_t kpass, int64_t kb, int64_t ke, void *dst);
+bool tpu_gemm_pack_rows_f32_avx2(const tpu_gemm_panel_src_t *src, int width, int64_t npanels,
+                                 int64_t kpass, int64_t kb, int64_t ke, void *dst,
+                                 int64_t panel_stride);
 
 extern const tpu_gemm_kernel_t tpu_gemm_kernel_portable;    /* F32 format, plain C */
 extern const tpu_gemm_kernel_t tpu_gemm_kernel_avx2;        /* F32 format, AVX2 + FMA */
