@@ -99,6 +99,27 @@ TPU_AVX2 static inline __m256 load8(const char *s, tpu_dtype_t dt, int n) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
+/* Stores lanes [0, n) of v at |d| in pieces of 4, 2 and 1 (vmaskmovps stores are
+ * microcoded on AMD, and a spill to memcpy stalls store forwarding). */
+TPU_AVX2 static inline void store8(float *d, __m256 v, int n) {
+  if (n == 8) {
+    _mm256_storeu_ps(d, v);
+    return;
+  }
+  __m128 part = _mm256_castps256_ps128(v);
+  if (n >= 4) {
+    _mm_storeu_ps(d, part);
+    part = _mm256_extractf128_ps(v, 1);
+    d += 4, n -= 4;
+  }
+  if (n >= 2) {
+    _mm_storel_pi((__m64 *)(void *)d, part);
+    part = _mm_movehl_ps(part, part);
+    d += 2, n -= 2;
+  }
+  if (n == 1) _mm_store_ss(d, part);
+}
+
 /* r[j][i] <- r[i][j]. */
 TPU_AVX2 static inline void transpose8x8(__m256 r[8]) {
   __m256 t[8], s[8];
@@ -136,7 +157,6 @@ TPU_AVX2 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int w
       float *dp = d + (int64_t)p * kpass * width;
       for (int i0 = 0; i0 < width; i0 += 8) {
         int cols = width - i0 < 8 ? width - i0 : 8;
-        __m256i store_mask = first_n8(cols);
         const char *rows[8];
         for (int j = 0; j < 8; j++) {
           int i = i0 + j;
@@ -152,9 +172,7 @@ TPU_AVX2 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int w
           }
           transpose8x8(r);
           int steps = ke - k < 8 ? (int)(ke - k) : 8;
-          for (int j = 0; j < steps; j++) {
-            _mm256_maskstore_ps(dp + (k + j) * width + i0, store_mask, r[j]);
-          }
+          for (int j = 0; j < steps; j++) store8(dp + (k + j) * width + i0, r[j], cols);
         }
       }
     }
@@ -176,23 +194,18 @@ TPU_AVX2 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int w
       const char *s = k < K ? base + tpu_gemm_axis_offset(kax, k) * es : NULL;
       for (int i = 0; i < width; i += 8) {
         int n = wn - i < 8 ? wn - i : 8;
-        float t[8];
         __m256 v = _mm256_setzero_ps();
         if (n > 0 && s) {
           if (run[i / 8]) {
             v = load8(s + woff[i] * es, src->dtype, n);
           } else {
+            float t[8];
             gather8(t, s, woff + i, src->dtype, n);
             v = _mm256_loadu_ps(t);
           }
           v = component8(v, c);
         }
-        if (width - i >= 8) {
-          _mm256_storeu_ps(row + i, v);
-        } else {
-          _mm256_storeu_ps(t, v);
-          memcpy(row + i, t, (size_t)(width - i) * 4);
-        }
+        store8(row + i, v, width - i < 8 ? width - i : 8);
       }
     }
   }
