@@ -641,7 +641,10 @@ TEST(packers_agree) {
         if (!kern) continue;
         bool bf16 = kern->format == TPU_GEMM_FORMAT_BF16;
         if (bf16 && cv < 0) continue;
-        for (int width = 6; width <= 32; width += 8) { /* 6, 14, 22, 30: each tail length */
+        /* the kernel's own panel widths, and tails of 5, 6 and 7 (8 lanes) or 13, 6, 15 (16) */
+        const int widths[5] = {kern->mr, kern->nr, 13, 22, 31};
+        for (int wi = 0; wi < 5; wi++) {
+          int width = widths[wi];
           for (int64_t w0 = 0; w0 < W; w0 += width) {
             int64_t kpass = K + bf16, n = passes * kpass / (bf16 ? 2 : 1) * width;
             uint32_t *p1 = calloc((size_t)n, 4), *p2 = calloc((size_t)n, 4);
