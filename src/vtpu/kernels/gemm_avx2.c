@@ -181,12 +181,7 @@ TPU_AVX2 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int w
   /* along w: runs of 8 consecutive w are loaded, other rows gathered one by one */
   int64_t woff[64 + 8] = {0};
   bool run[8];
-  for (int i = 0; i < wn; i++) woff[i] = tpu_gemm_axis_offset(wax, w0 + i);
-  for (int r = 0; r * 8 < width; r++) {
-    int n = wn - r * 8 < 8 ? wn - r * 8 : 8;
-    run[r] = n > 0;
-    for (int j = 1; j < n && run[r]; j++) run[r] = woff[r * 8 + j] == woff[r * 8] + j;
-  }
+  tpu_gemm_panel_runs(wax, w0, wn, width, 8, woff, run);
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp ? src->comp[p] : -1;
     for (int64_t k = kb; k < ke; k++) {

@@ -141,12 +141,7 @@ TPU_AVX512BF16 static void pack_bf16_rows(const tpu_gemm_panel_src_t *src, int64
   const char *base = src->data;
   int64_t woff[64 + 16] = {0}; /* w offsets of the panel's rows */
   bool run[4];                 /* run i/16 is contiguous */
-  for (int i = 0; i < wn; i++) woff[i] = tpu_gemm_axis_offset(wax, w0 + i);
-  for (int r = 0; r * 16 < width; r++) {
-    int n = wn - r * 16 < 16 ? wn - r * 16 : 16;
-    run[r] = n > 0;
-    for (int j = 1; j < n && run[r]; j++) run[r] = woff[r * 16 + j] == woff[r * 16] + j;
-  }
+  tpu_gemm_panel_runs(wax, w0, wn, width, 16, woff, run);
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp[p];
     for (int64_t k = kb; k < ke; k += 2) {
@@ -327,12 +322,7 @@ TPU_AVX512 static void pack_f32(const tpu_gemm_panel_src_t *src, int64_t w0, int
   }
   int64_t woff[64 + 16] = {0};
   bool run[4];
-  for (int i = 0; i < wn; i++) woff[i] = tpu_gemm_axis_offset(wax, w0 + i);
-  for (int r = 0; r * 16 < width; r++) {
-    int n = wn - r * 16 < 16 ? wn - r * 16 : 16;
-    run[r] = n > 0;
-    for (int j = 1; j < n && run[r]; j++) run[r] = woff[r * 16 + j] == woff[r * 16] + j;
-  }
+  tpu_gemm_panel_runs(wax, w0, wn, width, 16, woff, run);
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp ? src->comp[p] : -1;
     for (int64_t k = kb; k < ke; k++) {

@@ -73,6 +73,20 @@ static inline bool tpu_gemm_panel_reads_rows(const tpu_gemm_panel_src_t *src) {
   return w_unit || !k_unit;
 }
 
+/* For the vector packers that read along w: the source offsets of the panel's valid rows
+ * woff[0, wn) (rows w0 ..), and run[g], whether rows [g * lanes, (g + 1) * lanes) that
+ * exist form one contiguous run (loaded at once; else gathered). run needs
+ * ceil(width / lanes) entries. */
+static inline void tpu_gemm_panel_runs(const tpu_gemm_axis_t *wax, int64_t w0, int wn, int width,
+                                       int lanes, int64_t *woff, bool *run) {
+  for (int i = 0; i < wn; i++) woff[i] = tpu_gemm_axis_offset(wax, w0 + i);
+  for (int g = 0; g * lanes < width; g++) {
+    int n = wn - g * lanes < lanes ? wn - g * lanes : lanes;
+    run[g] = n > 0;
+    for (int j = 1; j < n && run[g]; j++) run[g] = woff[g * lanes + j] == woff[g * lanes] + j;
+  }
+}
+
 /* AVX512-BF16 packer for the BF16 format (f32 or bf16 sources, any layout: contiguous
  * runs are loaded, the rest gathered); false (nothing written) when it does not apply. */
 bool tpu_gemm_pack_panel_bf16_avx512(const tpu_gemm_panel_src_t *src, int64_t w0, int width,
