@@ -1,20 +1,24 @@
-/* test_kernels_mxu_small.c: the small-matrix GEMM path (gemm_small_avx512.c) against the
- * blocked path, bit for bit.
+/* test_kernels_mxu_small.c: the GEMM paths that skip the blocked driver's panels, against
+ * the blocked path, bit for bit: the small-matrix path on AVX512-BF16
+ * (gemm_small_avx512.c) and the direct path on AVX2 (gemm_direct_avx2.c).
  *
- * The small path must produce exactly the blocked path's bits (same bf16 rounding, same
- * vdpbf16ps chain per element) for batch counts 1..33, odd M, N, K (1, 3, 15, 17, 31, 33
- * and the limits 64, 32, 128), both layouts of each operand (A k- or M-contiguous, B N- or
- * k-contiguous, as attention's q @ k^T and att^T @ dO read them), DEFAULT and HIGH
+ * Each must produce exactly the blocked path's bits (same bf16 rounding, same product
+ * chain per element). The small path: batch counts 1..33, odd M, N, K (1, 3, 15, 17, 31,
+ * 33 and the limits 64, 32, 128), both layouts of each operand (A k- or M-contiguous, B
+ * N- or k-contiguous, as attention's q @ k^T and att^T @ dO read them), DEFAULT and HIGH
  * precision, f32 and bf16 operands, batch offset tables, and f32, bf16 and strided
- * results; values include inf, -0 and subnormals. It must decline (write nothing) what
- * it does not handle. Every GEMM kernel the CPU has (TORCHTPU_ISA masks them) also runs
- * the same small shapes through tpu_gemm_run_kernel against the blocked path, so a
- * kernel the small path wrongly claims would show up too.
+ * results; values include inf, -0 and subnormals. The direct path: the same over sizes
+ * around its 6-row blocks, 8-lane vectors, 16-column and 48-row chunks and 32-row
+ * conversion items, HIGHEST too, on one thread and on a pool of two. Each must decline
+ * (write nothing) what it does not handle. Every GEMM kernel the CPU has (TORCHTPU_ISA
+ * masks them) also runs the same small shapes through tpu_gemm_run_kernel against the
+ * blocked path, so a kernel a path wrongly claims would show up too.
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "check.h"
+#include "tpu/threadpool.h"
 #include "tpu/kernels.h"
 #include "vtpu/kernels/gemm.h"
 #include "vtpu/kernels/gemm_kernels.h"
@@ -44,6 +48,8 @@ static void fill(void *p, tpu_dtype_t dt, int64_t n) {
     float v = value();
     if (dt == TPU_BF16) {
       ((uint16_t *)p)[i] = tpu_f32_to_bf16(v);
+    } else if (dt == TPU_F16) {
+      ((uint16_t *)p)[i] = tpu_f32_to_f16(v);
     } else {
       ((float *)p)[i] = v;
     }
@@ -76,10 +82,17 @@ typedef struct gcase {
   bool table; /* batch axes as offset tables (batches stored in reverse) */
 } gcase;
 
-/* Runs |c| through the small path (or, when |kern| is given, tpu_gemm_run_kernel with it)
- * and through the blocked path with the AVX512-BF16 kernel or |kern|; checks the bits.
- * Returns whether the small path took the case (always false with |kern|). */
-static bool run_case(const gcase *c, const tpu_gemm_kernel_t *kern) {
+typedef enum via {
+  VIA_SMALL,  /* tpu_gemm_small_run, against the AVX512-BF16 (or portable) blocked path */
+  VIA_DIRECT, /* tpu_gemm_direct_run, against the AVX2 blocked path */
+  VIA_KERNEL, /* tpu_gemm_run_kernel with |kern|, against its blocked path */
+} via_t;
+
+/* Runs |c| the way |via| says (on |team|: NULL for this thread alone) and through the
+ * blocked path; checks the bits. Returns whether the path took the case (always false
+ * for VIA_KERNEL). */
+static bool run_case_via(const gcase *c, via_t via, const tpu_gemm_kernel_t *kern,
+                         const tpu_gemm_team_t *team) {
   int64_t B = c->B, M = c->M, N = c->N, K = c->K;
   size_t ae = tpu_dtype_size(c->adt), be = tpu_dtype_size(c->bdt), ce = tpu_dtype_size(c->cdt);
   int64_t cstride_col = c->c_col2 ? 2 : 1, cld = N * cstride_col + c->c_gap;
@@ -108,23 +121,25 @@ static bool run_case(const gcase *c, const tpu_gemm_kernel_t *kern) {
                             {K, c->b_kc ? 1 : N, NULL}, {N, c->b_kc ? K : 1, NULL}};
   g.c = (tpu_gemm_matrix_t){c1, c->cdt, {B, M * cld, c->table ? coff : NULL}, {M, cld, NULL},
                             {N, cstride_col, NULL}};
-  bool took;
-  if (kern) {
+  bool took = false;
+  const tpu_gemm_kernel_t *blocked = kern;
+  if (via == VIA_KERNEL) {
     CHECK_OK(tpu_gemm_run_kernel(&g, kern, NULL));
-    took = false;
+  } else if (via == VIA_SMALL) {
+    took = tpu_gemm_small_run(&g, &tpu_gemm_kernel_avx512_bf16, team);
+    blocked = g.plan.mode == TPU_MXU_BF16 ? &tpu_gemm_kernel_avx512_bf16
+                                          : &tpu_gemm_kernel_portable;
   } else {
-    took = tpu_gemm_small_run(&g, &tpu_gemm_kernel_avx512_bf16, NULL);
+    took = tpu_gemm_direct_run(&g, &tpu_gemm_kernel_avx2, team);
+    blocked = &tpu_gemm_kernel_avx2;
   }
   g.c.data = c2;
-  const tpu_gemm_kernel_t *blocked = kern                           ? kern
-                                     : g.plan.mode == TPU_MXU_BF16 ? &tpu_gemm_kernel_avx512_bf16
-                                                                   : &tpu_gemm_kernel_portable;
   CHECK_OK(tpu_gemm_run_blocked(&g, blocked, NULL));
-  if (took || kern) {
+  if (took || via == VIA_KERNEL) {
     bool ok = same_bits(c1, c2, c->cdt, cn);
     if (!ok) {
       fprintf(stderr, "  %s B %lld M %lld N %lld K %lld a_mc %d b_kc %d prec %d: bits differ\n",
-              kern ? kern->name : "small", (long long)B, (long long)M, (long long)N,
+              via == VIA_KERNEL ? kern->name : via == VIA_SMALL ? "small" : "direct", (long long)B, (long long)M, (long long)N,
               (long long)K, c->a_mc, c->b_kc, (int)c->prec);
     }
     CHECK(ok);
@@ -136,6 +151,10 @@ static bool run_case(const gcase *c, const tpu_gemm_kernel_t *kern) {
   }
   free(a), free(b), free(c1), free(c2), free(aoff), free(boff), free(coff);
   return took;
+}
+
+static bool run_case(const gcase *c, const tpu_gemm_kernel_t *kern) {
+  return kern ? run_case_via(c, VIA_KERNEL, kern, NULL) : run_case_via(c, VIA_SMALL, NULL, NULL);
 }
 
 static bool have_bf16_kernel(void) {
@@ -251,10 +270,126 @@ TEST(every_kernel_small_shapes) {
   }
 }
 
+static bool have_avx2_kernel(void) {
+  return tpu_gemm_have_x86_kernels() && tpu_cpu_features()->avx2_fma;
+}
+
+/* Whether one batch of |c| fits the direct path: 512 KiB of converted operands, 2^22
+ * multiply-adds. */
+static bool direct_fits(const gcase *c) {
+  int passes = 1;
+  if (c->prec != TPU_PRECISION_HIGHEST) {
+    passes = c->prec == TPU_PRECISION_HIGH ? (c->adt == TPU_F32) + (c->bdt == TPU_F32) + 1 : 1;
+  } else if (c->adt == TPU_BF16 && c->bdt == TPU_BF16) {
+    passes = 1; /* bf16 x bf16 is one bf16 pass at every precision */
+  }
+  int64_t Q = passes * c->K, ldb = (c->N + 7) / 8 * 8;
+  int64_t a = (c->M * Q + 15) / 16 * 16, b = (Q * ldb + 15) / 16 * 16;
+  return (a + b) * 4 <= 512 * 1024 && c->M * c->N * Q <= (1 << 22);
+}
+
+static const int64_t kDM[] = {1, 2, 5, 6, 7, 13, 47, 48, 49, 97, 256};
+static const int64_t kDN[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100};
+static const int64_t kDK[] = {1, 2, 7, 8, 9, 31, 32, 33, 64, 200};
+
+/* A random direct-path case of the given sizes. */
+static gcase direct_case(int64_t M, int64_t N, int64_t K, int n) {
+  gcase c = {0};
+  c.M = M, c.N = N, c.K = K;
+  c.B = M * N * K > 20000 ? 1 + n % 2 : 1 + n % 9;
+  c.a_mc = pick(2);
+  c.b_kc = pick(2);
+  c.adt = pick(4) ? TPU_F32 : TPU_BF16;
+  c.bdt = pick(4) ? TPU_F32 : TPU_BF16;
+  c.cdt = pick(5) ? TPU_F32 : TPU_BF16;
+  int p = pick(6);
+  c.prec = p < 3 ? TPU_PRECISION_DEFAULT : p < 5 ? TPU_PRECISION_HIGH : TPU_PRECISION_HIGHEST;
+  c.c_gap = pick(3) == 0 ? 5 : 0;
+  c.c_col2 = pick(6) == 0;
+  c.table = pick(4) == 0;
+  return c;
+}
+
+TEST(direct_matches_blocked) {
+  if (!have_avx2_kernel()) return;
+  int taken = 0, cases = 0;
+  for (int mi = 0; mi < 11; mi++) {
+    for (int ni = 0; ni < 12; ni++) {
+      for (int ki = 0; ki < 10; ki++) {
+        if ((mi + ni + ki) % 2) continue; /* half the grid keeps the test quick */
+        gcase c = direct_case(kDM[mi], kDN[ni], kDK[ki], cases);
+        bool took = run_case_via(&c, VIA_DIRECT, NULL, NULL);
+        CHECK(took == direct_fits(&c));
+        taken += took;
+        cases++;
+      }
+    }
+  }
+  CHECK(taken > cases * 3 / 4);
+}
+
+TEST(direct_on_a_pool) {
+  /* tasks split by rows and columns over two threads: the same bits */
+  if (!have_avx2_kernel()) return;
+  tpu_pool_t *pool;
+  CHECK_OK(tpu_pool_create(2, tpu_allocator_system(), &pool));
+  tpu_gemm_team_t team = {pool, false, tpu_pool_num_threads(pool)};
+  static const int64_t shapes[][3] = {{256, 64, 64}, {64, 256, 256}, {32, 32, 16},
+                                      {97, 33, 9},   {1, 100, 200},  {256, 17, 31}};
+  for (int s = 0; s < 6; s++) {
+    for (int t = 0; t < 4; t++) {
+      gcase c = direct_case(shapes[s][0], shapes[s][1], shapes[s][2], t);
+      c.B = 1 + t * 5;
+      CHECK(run_case_via(&c, VIA_DIRECT, NULL, &team) == direct_fits(&c));
+    }
+  }
+  tpu_pool_destroy(pool);
+}
+
+TEST(direct_declines) {
+  if (!have_avx2_kernel()) return;
+  gcase base = {2, 32, 32, 16, false, false, TPU_F32, TPU_F32, TPU_F32,
+                TPU_PRECISION_DEFAULT, 0, false, false};
+  gcase c = base;
+  CHECK(run_case_via(&c, VIA_DIRECT, NULL, NULL));
+  c.M = 1024, c.K = 128; /* 512 KiB of A alone */
+  CHECK(!run_case_via(&c, VIA_DIRECT, NULL, NULL));
+  c = base;
+  c.M = 256, c.N = 128, c.K = 129; /* 2^22 + 2^15 multiply-adds */
+  CHECK(!run_case_via(&c, VIA_DIRECT, NULL, NULL));
+  c.K = 128;
+  CHECK(run_case_via(&c, VIA_DIRECT, NULL, NULL));
+  c = base;
+  c.adt = TPU_F16; /* f16: the blocked path's */
+  CHECK(!run_case_via(&c, VIA_DIRECT, NULL, NULL));
+
+  /* no unit stride along either dim of A; then a row offset table */
+  float a[2 * 3 * 5 * 2] = {0}, b[5 * 4] = {0}, out[3 * 4];
+  int64_t rows[3] = {0, 20, 10};
+  tpu_gemm_t g;
+  memset(&g, 0, sizeof g);
+  g.what = "t";
+  CHECK_OK(tpu_mxu_plan_make("t", TPU_F32, TPU_F32, TPU_F32, TPU_PRECISION_DEFAULT, &g.plan));
+  g.a = (tpu_gemm_matrix_t){a, TPU_F32, {1, 0, NULL}, {3, 10, NULL}, {5, 2, NULL}};
+  g.b = (tpu_gemm_matrix_t){b, TPU_F32, {1, 0, NULL}, {5, 4, NULL}, {4, 1, NULL}};
+  g.c = (tpu_gemm_matrix_t){out, TPU_F32, {1, 0, NULL}, {3, 4, NULL}, {4, 1, NULL}};
+  CHECK(!tpu_gemm_direct_run(&g, &tpu_gemm_kernel_avx2, NULL));
+  g.a.cols.stride = 1; /* now k-contiguous */
+  CHECK(tpu_gemm_direct_run(&g, &tpu_gemm_kernel_avx2, NULL));
+  g.a.rows.offsets = rows;
+  CHECK(!tpu_gemm_direct_run(&g, &tpu_gemm_kernel_avx2, NULL));
+  g.a.rows.offsets = NULL;
+  /* another kernel is never the direct path's */
+  CHECK(!tpu_gemm_direct_run(&g, &tpu_gemm_kernel_portable, NULL));
+}
+
 int main(void) {
   RUN(small_matches_blocked);
   RUN(small_attention_shapes);
   RUN(small_declines);
+  RUN(direct_matches_blocked);
+  RUN(direct_on_a_pool);
+  RUN(direct_declines);
   RUN(every_kernel_small_shapes);
   return check_report();
 }

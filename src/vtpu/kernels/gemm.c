@@ -17,7 +17,8 @@
  * over images) is packed once. C tiles go straight to the output when it is f32 with unit
  * column stride; otherwise a task accumulates into an f32 scratch tile and rounds it once
  * into C at the end. Packed panels and scratch tiles live in a per-thread workspace.
- * Batches of small matrices on AVX512-BF16 skip all this for gemm_small_avx512.c.
+ * Batches of small matrices on AVX512-BF16 skip all this for gemm_small_avx512.c, and small
+ * and mid-size products on the AVX2 kernel for gemm_direct_avx2.c.
  */
 #include "gemm.h"
 
@@ -436,30 +437,29 @@ static void compute_slot(void *arg, int64_t begin, int64_t end) {
  * kCacheBytes; it is freed when the thread exits. */
 static const size_t kCacheBytes = (size_t)32 << 20;
 
-typedef struct ws_cache {
+struct tpu_gemm_ws {
   void *ptr;
   size_t size;
   bool busy;
-} ws_cache;
+};
 
 static pthread_key_t g_ws_key;
 static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
 static bool g_ws_ok;
 
 static void ws_destroy(void *arg) {
-  ws_cache *w = arg;
+  tpu_gemm_ws_t *w = arg;
   free(w->ptr);
   free(w);
 }
 
 static void ws_init(void) { g_ws_ok = pthread_key_create(&g_ws_key, ws_destroy) == 0; }
 
-/* |size| bytes aligned to 64 (size a multiple of 64); *out_cache says who owns it. */
-static void *ws_get(size_t size, ws_cache **out_cache) {
+void *tpu_gemm_workspace_get(size_t size, tpu_gemm_ws_t **out_cache) {
   *out_cache = NULL;
   pthread_once(&g_ws_once, ws_init);
   if (g_ws_ok && size <= kCacheBytes) {
-    ws_cache *w = pthread_getspecific(g_ws_key);
+    tpu_gemm_ws_t *w = pthread_getspecific(g_ws_key);
     if (!w && (w = calloc(1, sizeof *w)) != NULL && pthread_setspecific(g_ws_key, w) != 0) {
       free(w);
       w = NULL;
@@ -480,7 +480,7 @@ static void *ws_get(size_t size, ws_cache **out_cache) {
   return aligned_alloc(64, size);
 }
 
-static void ws_put(void *p, ws_cache *w) {
+void tpu_gemm_workspace_put(void *p, tpu_gemm_ws_t *w) {
   if (w) {
     w->busy = false;
   } else {
@@ -640,7 +640,10 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
     return TPU_OK;
   }
 
-  if (allow_small && tpu_gemm_small_run(g, kern, &team)) return TPU_OK;
+  if (allow_small &&
+      (tpu_gemm_small_run(g, kern, &team) || tpu_gemm_direct_run(g, kern, &team))) {
+    return TPU_OK;
+  }
   if (team.helpers_only && work < kHelperWork) team = (tpu_gemm_team_t){NULL, true, 1};
   const int slots = team.threads;
 
@@ -683,8 +686,8 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
       !tpu_size_add(abytes, bbytes, &total) || !tpu_size_add(total, sbytes, &total)) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: workspace overflows", g->what);
   }
-  ws_cache *cache;
-  char *ws = ws_get(total, &cache);
+  tpu_gemm_ws_t *cache;
+  char *ws = tpu_gemm_workspace_get(total, &cache);
   if (!ws) {
     return tpu_status_set(TPU_ERR_OUT_OF_MEMORY,
                           "%s: no host memory for %zu bytes of packed "
@@ -714,7 +717,7 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
     atomic_store(&x.next_task, 0);
     tpu_gemm_team_for(&team, slots, 1, compute_slot, &x);
   }
-  ws_put(ws, cache);
+  tpu_gemm_workspace_put(ws, cache);
   return TPU_OK;
 }
 

@@ -35,8 +35,10 @@
  *    vdpbf16ps (32 MAC per instruction); exact f32 and CPUs without BF16 use an f32 FMA
  *    micro-kernel (AVX-512, AVX2, or portable C) on bf16 components widened to f32,
  *    which gives the same products. Batches of small matrices (attention's 32 x 32 x 16)
- *    on AVX512-BF16 skip the panels for a direct path with the same bits. A thread that runs GEMMs keeps its last packing
- *    workspace (up to 32 MiB) for the next call; it is freed when the thread exits.
+ *    on AVX512-BF16, and products up to 2^22 multiply-adds on AVX2, skip the panels for
+ *    paths with the same bits (gemm_small_avx512.c, gemm_direct_avx2.c). A thread that
+ *    runs GEMMs keeps its last workspace (up to 32 MiB) for the next call; it is freed
+ *    when the thread exits.
  */
 #ifndef TPU_VTPU_KERNELS_GEMM_H
 #define TPU_VTPU_KERNELS_GEMM_H

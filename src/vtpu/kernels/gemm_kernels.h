@@ -152,6 +152,22 @@ void tpu_gemm_team_for(const tpu_gemm_team_t *team, int64_t n, int64_t grain, tp
 bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
                         const tpu_gemm_team_t *team);
 
+/* The direct path of the AVX2 kernel (gemm_direct_avx2.c): runs |g| when |kern| is the
+ * AVX2 kernel, the CPU has it, the plan is bf16 passes or exact f32, A and B are f32 or
+ * bf16 each with a unit stride along one of its two dims (affine), and one batch takes at
+ * most 2^22 multiply-adds (all passes) and 512 KiB of converted operands; false, with
+ * nothing written, otherwise. The
+ * same bits as the blocked path. Called like tpu_gemm_small_run. */
+bool tpu_gemm_direct_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
+                         const tpu_gemm_team_t *team);
+
+/* A GEMM workspace of |size| bytes (a multiple of 64), 64-aligned: the calling thread's
+ * cached one (kept up to 32 MiB for its next GEMM) when free and large enough, else a
+ * fresh allocation; NULL when out of memory. *owner says which, for the put. */
+typedef struct tpu_gemm_ws tpu_gemm_ws_t;
+void *tpu_gemm_workspace_get(size_t size, tpu_gemm_ws_t **owner);
+void tpu_gemm_workspace_put(void *p, tpu_gemm_ws_t *owner);
+
 /* Whether the compiler could build the x86 kernels (false elsewhere: portable only). */
 bool tpu_gemm_have_x86_kernels(void);
 
