@@ -65,6 +65,27 @@ static int comp_of(const int8_t *comp, int p) { return comp ? comp[p] : -1; }
 
 /* ---- conversion ------------------------------------------------------------------------- */
 
+/* |n| contiguous source values at |s| as component |comp| into d[0, n), zeros into
+ * d[n, pad). Whole vectors of f32 at DEFAULT (or exact f32) take a loop of their own. */
+TPU_AVX2_INLINE static void convert_run(const char *s, tpu_dtype_t dt, int64_t n, int comp,
+                                        float *d, int64_t pad) {
+  int64_t i = 0;
+  if (dt == TPU_F32 && comp <= 0) {
+    const float *f = (const float *)(const void *)s;
+    if (comp < 0) {
+      for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_loadu_ps(f + i));
+    } else {
+      for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, round_bf16(_mm256_loadu_ps(f + i)));
+    }
+  }
+  int64_t es = (int64_t)tpu_dtype_size(dt);
+  for (; i < pad; i += 8) {
+    int k = n - i <= 0 ? 0 : n - i < 8 ? (int)(n - i) : 8;
+    int m = pad - i < 8 ? (int)(pad - i) : 8;
+    store8(d + i, k ? component8(load8(s + i * es, dt, k), comp) : _mm256_setzero_ps(), m);
+  }
+}
+
 /* Source rows [r0, r1) (element stride |rs| between rows) of |len| contiguous values each,
  * into rows of |dst| with stride |ld|: row r gets the values of pass p at p * len + i. */
 TPU_AVX2 static void convert_rows(const char *src, tpu_dtype_t dt, int64_t rs, int64_t len,
@@ -72,34 +93,22 @@ TPU_AVX2 static void convert_rows(const char *src, tpu_dtype_t dt, int64_t rs, i
                                   float *dst, int64_t ld) {
   int64_t es = (int64_t)tpu_dtype_size(dt);
   for (int64_t r = r0; r < r1; r++) {
-    const char *s = src + r * rs * es;
     for (int p = 0; p < passes; p++) {
-      float *d = dst + r * ld + p * len;
-      int c = comp_of(comp, p);
-      for (int64_t i = 0; i < len; i += 8) {
-        int n = len - i < 8 ? (int)(len - i) : 8;
-        store8(d + i, component8(load8(s + i * es, dt, n), c), n);
-      }
+      convert_run(src + r * rs * es, dt, len, comp_of(comp, p), dst + r * ld + p * len, len);
     }
   }
 }
 
 /* Source rows k in [k0, k1) (element stride |ks|) of |width| contiguous values each, into
  * rows p * K + k of |dst| (stride |ld|), each written up to |pad| values (zeros past
- * |width|; pad <= ld, a multiple of 8 or equal to width). */
+ * |width|; pad <= ld). */
 TPU_AVX2 static void convert_by_k(const char *src, tpu_dtype_t dt, int64_t ks, int64_t width,
                                   int64_t K, int64_t k0, int64_t k1, int passes,
                                   const int8_t *comp, float *dst, int64_t ld, int64_t pad) {
   int64_t es = (int64_t)tpu_dtype_size(dt);
   for (int64_t k = k0; k < k1; k++) {
-    const char *s = src + k * ks * es;
-    for (int64_t i = 0; i < pad; i += 8) {
-      int n = width - i <= 0 ? 0 : width - i < 8 ? (int)(width - i) : 8;
-      int m = pad - i < 8 ? (int)(pad - i) : 8;
-      __m256 v = n ? load8(s + i * es, dt, n) : _mm256_setzero_ps();
-      for (int p = 0; p < passes; p++) {
-        store8(dst + (p * K + k) * ld + i, component8(v, comp_of(comp, p)), m);
-      }
+    for (int p = 0; p < passes; p++) {
+      convert_run(src + k * ks * es, dt, width, comp_of(comp, p), dst + (p * K + k) * ld, pad);
     }
   }
 }
