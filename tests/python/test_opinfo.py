@@ -36,7 +36,7 @@ SUBSET = {
     "nn.functional.max_pool3d", "nn.functional.avg_pool3d",
     "nn.functional.adaptive_avg_pool3d", "nn.functional.adaptive_max_pool3d", "nn.functional.unfold",
     "nn.functional.max_unpool1d", "nn.functional.max_unpool2d", "nn.functional.max_unpool3d",
-    "nn.functional.grid_sample", "grid_sampler_2d",
+    "nn.functional.grid_sample", "grid_sampler_2d", "nonzero", "masked_select", "argwhere",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),

@@ -10,21 +10,25 @@
 // first, as PyTorch does; torch.gather/scatter/index_copy/index_add do not (a negative
 // index is an error there too).
 //
-// Left to the CPU fallback (data-dependent result shapes, which a compiled graph cannot
-// have): boolean-mask indexing x[mask] (index with bool/uint8 indices), masked_select,
-// nonzero. x[mask] = v with a one-element v is native (a select).
+// Boolean-mask indexing x[mask] (index.Tensor with bool/uint8 indices) has a data-dependent
+// result shape: index_kernel (dynamic_shape_ops.cpp) turns each mask into the columns of
+// its nonzero() first, and so for x[mask] = v (_index_put_impl_) unless v has one element,
+// which is native as it is (a select).
 //
 // Sums and products (scatter_add, scatter_reduce sum/prod/mean, index_add, index_reduce,
 // accumulating index_put_) of bf16/f16 accumulate in f32 and are rounded once; replacing
 // and max/min scatters move values in their own dtype (the IR's scatter combiners REPLACE,
 // ADD, MUL, MAX, MIN; MAX/MIN keep NaN as the CPU kernel does).
 #include <ATen/core/Tensor.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "dynamic_shape_ops.h"
+#include "eager.h"
 #include "lower_ew.h"
 #include "native.h"
 
@@ -559,10 +563,8 @@ LoweringRegistrar registrar({
     {"masked_scatter", masked_scatter},
     {"masked_scatter.out", masked_scatter},
     {"masked_scatter_backward", masked_scatter_backward},
-    {"index.Tensor", index},
     {"index.Tensor_out", index},
     {"_unsafe_index.Tensor", index},
-    {"_index_put_impl_", index_put},
     {"index_fill_.int_Scalar", index_fill},
     {"index_fill_.int_Tensor", index_fill},
     {"index_fill.int_Scalar", index_fill},
@@ -579,6 +581,21 @@ LoweringRegistrar registrar({
     {"index_reduce.out", index_reduce},
     {"index_reduce_", index_reduce},
 });
+
+// x[idx] and x[idx] = v: mask_index_kernel replaces mask indices, then runs these lowerings.
+struct IndexRegistrar {
+  IndexRegistrar() {
+    register_lowering_only("index.Tensor", index);
+    register_lowering_only("_index_put_impl_", index_put);
+    if (native_disabled()) return;
+    static torch::Library *lib = new torch::Library(torch::Library::IMPL, "aten",
+                                                    c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    for (const char *name : {"index.Tensor", "_index_put_impl_"}) {
+      lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&mask_index_kernel>());
+    }
+  }
+};
+IndexRegistrar index_registrar;
 
 }  // namespace
 }  // namespace torchtpu
