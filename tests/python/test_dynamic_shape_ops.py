@@ -1,7 +1,8 @@
 """Ops whose result shape depends on the values, run natively with one synchronizing read of a
 count (dynamic_shape_ops.cpp): torch.nonzero (and what is built on it: argwhere,
 torch.where(cond), nonzero(as_tuple=True)), torch.masked_select, boolean-mask indexing
-x[mask] and x[mask] = values, and their gradients. Each is compared with PyTorch on CPU on
+x[mask] and x[mask] = values, and their gradients; torch.unique (sorted, inverse, counts),
+torch.bincount, torch.repeat_interleave with a tensor of repeats. Each is compared with PyTorch on CPU on
 the same inputs and checked not to use the CPU fallback; moving values is exact, so results
 match bit for bit. Printing a tpu tensor (PyTorch's formatter calls masked_select) no longer
 falls back either.
@@ -96,6 +97,67 @@ def test_mask_errors_match_cpu():
             bad(t)
         assert str(got.value) == str(want.value)
     assert torch.equal((t[t > 0] * 1).cpu(), X[X > 0])  # the device still works
+
+
+@pytest.mark.parametrize("x", [
+    torch.tensor([3.0, 1.0, float("nan"), 1.0, float("nan"), 2.0, 3.0]),
+    torch.randint(0, 5, (4, 6), generator=torch.Generator().manual_seed(2)),
+    torch.randint(-3, 3, (50,), generator=torch.Generator().manual_seed(3)).to(torch.int32),
+    torch.tensor([7.0]), torch.zeros(0), torch.zeros(0, 3), torch.full((9,), 2.0),
+], ids=["nan", "2d", "int32", "one", "empty", "empty_2d", "all_equal"])
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("counts", [False, True])
+def test_unique(x, inverse, counts):
+    def run(v):
+        out = torch.unique(v, return_inverse=inverse, return_counts=counts)
+        return out if isinstance(out, tuple) else (out,)
+    want = run(x)
+    got = no_fallback(lambda: run(tpu(x)))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert torch.equal(g.cpu(), w) or torch.allclose(g.cpu(), w, equal_nan=True)
+
+
+def test_bincount():
+    x = torch.randint(0, 9, (40,), generator=torch.Generator().manual_seed(4))
+    w = torch.rand(40, generator=torch.Generator().manual_seed(5))
+    for fn in [lambda v, u: torch.bincount(v), lambda v, u: torch.bincount(v, minlength=20),
+               lambda v, u: torch.bincount(v, u), lambda v, u: torch.bincount(v, u.double()),
+               lambda v, u: torch.bincount(v, (u * 10).to(torch.int64)),
+               lambda v, u: torch.bincount(v[:0], minlength=3),
+               lambda v, u: torch.bincount(v.to(torch.int32))]:
+        want = fn(x, w)
+        got = no_fallback(lambda: fn(tpu(x), tpu(w)))
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)  # sums in another order
+
+
+def test_repeat_interleave_with_tensor_repeats():
+    x = torch.randn(4, 3)
+    r = torch.tensor([2, 0, 3, 1])
+    for fn in [lambda v, k: torch.repeat_interleave(k), lambda v, k: torch.repeat_interleave(v, k, dim=0),
+               lambda v, k: torch.repeat_interleave(v, k[:3], dim=1),
+               lambda v, k: torch.repeat_interleave(v, k, dim=0, output_size=6),
+               lambda v, k: torch.repeat_interleave(k[1:2])]:
+        want = fn(x, r)
+        got = no_fallback(lambda: fn(tpu(x), tpu(r)))
+        assert torch.equal(got.cpu(), want)
+
+
+def test_count_read_errors_match_cpu():
+    for bad in [lambda d: torch.bincount(torch.tensor([-1, 2], device=d)),
+                lambda d: torch.bincount(torch.tensor([[1]], device=d)),
+                lambda d: torch.bincount(torch.tensor([1.0], device=d)),
+                lambda d: torch.bincount(torch.tensor([1], device=d), minlength=-1),
+                lambda d: torch.bincount(torch.tensor([1, 2], device=d), torch.ones(3, device=d)),
+                lambda d: torch.repeat_interleave(torch.tensor([1, -1], device=d)),
+                lambda d: torch.repeat_interleave(torch.tensor([[1, 2]], device=d))]:
+        with pytest.raises(Exception) as want:
+            bad("cpu")
+        with pytest.raises(type(want.value)) as got:
+            bad("tpu")
+        assert str(got.value) == str(want.value)
+    assert torch.bincount(torch.tensor([1, 1], device="tpu")).cpu().tolist() == [0, 2]
 
 
 def test_printing_does_not_fall_back():

@@ -6,6 +6,10 @@
 //                    from a cumsum of the mask, its flat index scattered there (the others
 //                    to one spare slot past the end, dropped), then unravelled per dim
 //   masked_select    the same flat indices, then one native index_select
+//   unique           sorted, the first of each run of equal values kept (_unique2)
+//   bincount         the largest value read back, then a scatter-add into that many bins
+//   repeat_interleave (with a tensor of repeats) the total read back, then the running
+//                    sum of a 1 at each index's first slot
 //   x[mask]          index.Tensor and _index_put_impl_ (x[mask] = values, and x[mask]'s
 //                    backward) with bool or uint8 index tensors: each mask replaced by the
 //                    columns of its nonzero(), then the native gather or scatter
@@ -56,6 +60,85 @@ at::Tensor tpu_masked_select(const at::Tensor &self, const at::Tensor &mask) {
   if (c10::multiply_integers(shape) == 0) return at::empty({0}, self.options());
   at::Tensor values = self.expand(shape).reshape(-1);
   return values.index_select(0, true_indices(mask.expand(shape).reshape(-1)));
+}
+
+// torch.unique (sorted; the CPU's _unique2): the sorted values, each run's first element
+// kept (NaN is unequal to itself, so every NaN is its own run, as on the CPU); the inverse
+// is the run number scattered back through the sort's permutation, the counts the gaps
+// between run starts. Not requested: empty int64 tensors, as on the CPU.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique2(const at::Tensor &self, bool sorted,
+                                                           bool return_inverse,
+                                                           bool return_counts) {
+  (void)sorted;  // the CPU sorts either way
+  const at::TensorOptions longs = self.options().dtype(at::kLong);
+  const int64_t n = self.numel();
+  at::Tensor inverse = at::empty({return_inverse ? n : 0}, longs);
+  at::Tensor counts = at::empty({0}, longs);
+  if (n == 0) {
+    return {at::empty({0}, self.options()), return_inverse ? inverse.reshape(self.sizes()) : inverse,
+            counts};
+  }
+  auto [values, perm] = self.reshape(-1).sort();
+  at::Tensor first = at::ones({n}, self.options().dtype(at::kBool));
+  if (n > 1) first.narrow(0, 1, n - 1).copy_(values.narrow(0, 1, n - 1).ne(values.narrow(0, 0, n - 1)));
+  at::Tensor starts = true_indices(first);  // the synchronizing read
+  at::Tensor out = values.index_select(0, starts);
+  if (return_inverse) {
+    inverse.scatter_(0, perm, at::cumsum(first, 0, at::kLong).sub_(1));
+    inverse = inverse.reshape(self.sizes());
+  }
+  if (return_counts) {
+    at::Tensor ends = at::cat({starts.narrow(0, 1, starts.size(0) - 1), at::full({1}, n, longs)});
+    counts = ends.sub(starts);
+  }
+  return {out, inverse, counts};
+}
+
+// torch.bincount: the largest value read back (with the smallest, for the CPU's check),
+// then ones or the weights added into that many bins. Without weights the counts are
+// int64; with f32 weights f32, with any other weights f64, as on the CPU.
+at::Tensor tpu_bincount(const at::Tensor &self, const std::optional<at::Tensor> &weights,
+                        int64_t minlength) {
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::isIntegralType(self.scalar_type(), /*includeBool=*/false),
+                              "\"bincount_cpu\" not implemented for '",
+                              c10::toString(self.scalar_type()), "'");
+  TORCH_CHECK(self.dim() == 1, "bincount only supports 1-d non-negative integral inputs.");
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  const bool weighted = weights && weights->defined();
+  TORCH_CHECK(!weighted || (weights->dim() == 1 && weights->size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  at::ScalarType dtype = !weighted ? at::kLong
+                         : weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  at::TensorOptions opts = self.options().dtype(dtype);
+  if (self.numel() == 0) return at::zeros({minlength}, opts);
+  at::Tensor range = at::stack({self.min(), self.max()}).to(at::kLong).cpu();  // the read
+  TORCH_CHECK(range[0].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+  const int64_t bins = std::max(minlength, range[1].item<int64_t>() + 1);
+  at::Tensor src = weighted ? weights->to(dtype) : at::ones({self.size(0)}, opts);
+  return at::zeros({bins}, opts).scatter_add_(0, self.to(at::kLong), src);
+}
+
+// repeat_interleave(repeats): index i repeated repeats[i] times. The total (and the
+// smallest repeat, for the CPU's check) read back unless output_size is given; a 1 added
+// at each index's first slot, and the running sum of those is the index.
+at::Tensor tpu_repeat_interleave(const at::Tensor &repeats, std::optional<c10::SymInt> output_size) {
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
+              "repeats has to be Long or Int tensor");
+  const at::TensorOptions longs = repeats.options().dtype(at::kLong);
+  if (repeats.numel() == 0) return at::empty({0}, longs);
+  at::Tensor r = repeats.to(at::kLong);
+  int64_t total;
+  if (output_size) {
+    total = output_size->guard_int(__FILE__, __LINE__);
+  } else {
+    at::Tensor read = at::stack({r.sum(), r.min()}).cpu();
+    TORCH_CHECK(read[1].item<int64_t>() >= 0, "repeats can not be negative");
+    total = read[0].item<int64_t>();
+  }
+  at::Tensor starts = at::cumsum(r, 0).sub_(r);  // may equal total: a spare last slot
+  at::Tensor marks = at::zeros({total + 1}, longs).scatter_add_(0, starts, at::ones_like(r));
+  return at::cumsum(marks, 0).sub_(1).narrow(0, 0, total);
 }
 
 bool is_mask(const std::optional<at::Tensor> &t) {
@@ -113,6 +196,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   if (native_disabled()) return;
   m.impl("nonzero", TORCH_FN(tpu_nonzero));
   m.impl("masked_select", TORCH_FN(tpu_masked_select));
+  m.impl("_unique2", TORCH_FN(tpu_unique2));
+  m.impl("bincount", TORCH_FN(tpu_bincount));
+  m.impl("repeat_interleave.Tensor", TORCH_FN(tpu_repeat_interleave));
 }
 
 }  // namespace
