@@ -92,6 +92,11 @@ TPU_AVX2 static void convert_rows(const char *src, tpu_dtype_t dt, int64_t rs, i
                                   int64_t r0, int64_t r1, int passes, const int8_t *comp,
                                   float *dst, int64_t ld) {
   int64_t es = (int64_t)tpu_dtype_size(dt);
+  if (passes == 1 && rs == len && ld == len) { /* contiguous rows: one run */
+    convert_run(src + r0 * rs * es, dt, (r1 - r0) * len, comp_of(comp, 0), dst + r0 * ld,
+                (r1 - r0) * len);
+    return;
+  }
   for (int64_t r = r0; r < r1; r++) {
     for (int p = 0; p < passes; p++) {
       convert_run(src + r * rs * es, dt, len, comp_of(comp, p), dst + r * ld + p * len, len);
@@ -106,6 +111,11 @@ TPU_AVX2 static void convert_by_k(const char *src, tpu_dtype_t dt, int64_t ks, i
                                   int64_t K, int64_t k0, int64_t k1, int passes,
                                   const int8_t *comp, float *dst, int64_t ld, int64_t pad) {
   int64_t es = (int64_t)tpu_dtype_size(dt);
+  if (passes == 1 && ks == width && pad == width && ld == width) { /* contiguous: one run */
+    convert_run(src + k0 * ks * es, dt, (k1 - k0) * width, comp_of(comp, 0), dst + k0 * ld,
+                (k1 - k0) * width);
+    return;
+  }
   for (int64_t k = k0; k < k1; k++) {
     for (int p = 0; p < passes; p++) {
       convert_run(src + k * ks * es, dt, width, comp_of(comp, p), dst + (p * K + k) * ld, pad);
@@ -123,6 +133,18 @@ TPU_AVX2 static void convert_transposed(const char *src, tpu_dtype_t dt, int64_t
   for (int64_t j = n0; j < n1; j += 8) {
     for (int64_t k = 0; k < K; k += 8) {
       int n = K - k < 8 ? (int)(K - k) : 8;
+      if (dt == TPU_F32 && passes == 1 && comp_of(comp, 0) <= 0 && n == 8 && j + 8 <= N) {
+        const float *f = (const float *)(const void *)src + j * ns + k; /* a whole block */
+        bool round = comp_of(comp, 0) == 0;
+        __m256 r[8];
+        for (int i = 0; i < 8; i++) {
+          __m256 v = _mm256_loadu_ps(f + i * ns);
+          r[i] = round ? round_bf16(v) : v;
+        }
+        transpose8x8(r);
+        for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (k + i) * ld + j, r[i]);
+        continue;
+      }
       __m256 x[8];
       for (int i = 0; i < 8; i++) {
         x[i] = j + i < N ? load8(src + ((j + i) * ns + k) * es, dt, n) : _mm256_setzero_ps();
