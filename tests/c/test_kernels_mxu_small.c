@@ -214,6 +214,18 @@ TEST(small_attention_shapes) {
   }
 }
 
+/* (3, 5) x (5, 4) -> (3, 4) f32 at DEFAULT, A at strides (10, 2): no unit stride. */
+static tpu_gemm_t gemm_3x5x4(float *a, float *b, float *out) {
+  tpu_gemm_t g;
+  memset(&g, 0, sizeof g);
+  g.what = "t";
+  CHECK_OK(tpu_mxu_plan_make("t", TPU_F32, TPU_F32, TPU_F32, TPU_PRECISION_DEFAULT, &g.plan));
+  g.a = (tpu_gemm_matrix_t){a, TPU_F32, {1, 0, NULL}, {3, 10, NULL}, {5, 2, NULL}};
+  g.b = (tpu_gemm_matrix_t){b, TPU_F32, {1, 0, NULL}, {5, 4, NULL}, {4, 1, NULL}};
+  g.c = (tpu_gemm_matrix_t){out, TPU_F32, {1, 0, NULL}, {3, 4, NULL}, {4, 1, NULL}};
+  return g;
+}
+
 TEST(small_declines) {
   if (!have_bf16_kernel()) return;
   gcase base = {3, 32, 32, 16, false, false, TPU_F32, TPU_F32, TPU_F32,
@@ -237,13 +249,7 @@ TEST(small_declines) {
 
   /* no unit stride along either dim of A */
   float a[2 * 3 * 5 * 2] = {0}, b[5 * 4] = {0}, out[3 * 4];
-  tpu_gemm_t g;
-  memset(&g, 0, sizeof g);
-  g.what = "t";
-  CHECK_OK(tpu_mxu_plan_make("t", TPU_F32, TPU_F32, TPU_F32, TPU_PRECISION_DEFAULT, &g.plan));
-  g.a = (tpu_gemm_matrix_t){a, TPU_F32, {1, 0, NULL}, {3, 10, NULL}, {5, 2, NULL}};
-  g.b = (tpu_gemm_matrix_t){b, TPU_F32, {1, 0, NULL}, {5, 4, NULL}, {4, 1, NULL}};
-  g.c = (tpu_gemm_matrix_t){out, TPU_F32, {1, 0, NULL}, {3, 4, NULL}, {4, 1, NULL}};
+  tpu_gemm_t g = gemm_3x5x4(a, b, out); /* A strided along both dims */
   CHECK(!tpu_gemm_small_run(&g, &tpu_gemm_kernel_avx512_bf16, NULL));
   g.a.cols.stride = 1; /* now k-contiguous */
   CHECK(tpu_gemm_small_run(&g, &tpu_gemm_kernel_avx512_bf16, NULL));
@@ -366,13 +372,7 @@ TEST(direct_declines) {
   /* no unit stride along either dim of A; then a row offset table */
   float a[2 * 3 * 5 * 2] = {0}, b[5 * 4] = {0}, out[3 * 4];
   int64_t rows[3] = {0, 20, 10};
-  tpu_gemm_t g;
-  memset(&g, 0, sizeof g);
-  g.what = "t";
-  CHECK_OK(tpu_mxu_plan_make("t", TPU_F32, TPU_F32, TPU_F32, TPU_PRECISION_DEFAULT, &g.plan));
-  g.a = (tpu_gemm_matrix_t){a, TPU_F32, {1, 0, NULL}, {3, 10, NULL}, {5, 2, NULL}};
-  g.b = (tpu_gemm_matrix_t){b, TPU_F32, {1, 0, NULL}, {5, 4, NULL}, {4, 1, NULL}};
-  g.c = (tpu_gemm_matrix_t){out, TPU_F32, {1, 0, NULL}, {3, 4, NULL}, {4, 1, NULL}};
+  tpu_gemm_t g = gemm_3x5x4(a, b, out); /* A strided along both dims */
   CHECK(!tpu_gemm_direct_run(&g, &tpu_gemm_kernel_avx2, NULL));
   g.a.cols.stride = 1; /* now k-contiguous */
   CHECK(tpu_gemm_direct_run(&g, &tpu_gemm_kernel_avx2, NULL));
