@@ -1,7 +1,8 @@
 """Ops whose result shape depends on the values, run natively with one synchronizing read of a
 count (dynamic_shape_ops.cpp): torch.nonzero (and what is built on it: argwhere,
 torch.where(cond), nonzero(as_tuple=True)), torch.masked_select, boolean-mask indexing
-x[mask] and x[mask] = values, and their gradients; torch.unique (sorted, inverse, counts),
+x[mask] and x[mask] = values, and their gradients; torch.unique and unique_consecutive
+(inverse, counts),
 torch.bincount, torch.repeat_interleave with a tensor of repeats. Each is compared with PyTorch on CPU on
 the same inputs and checked not to use the CPU fallback; moving values is exact, so results
 match bit for bit. Printing a tpu tensor (PyTorch's formatter calls masked_select) no longer
@@ -107,9 +108,10 @@ def test_mask_errors_match_cpu():
 ], ids=["nan", "2d", "int32", "one", "empty", "empty_2d", "all_equal"])
 @pytest.mark.parametrize("inverse", [False, True])
 @pytest.mark.parametrize("counts", [False, True])
-def test_unique(x, inverse, counts):
+@pytest.mark.parametrize("unique", [torch.unique, torch.unique_consecutive])
+def test_unique(x, inverse, counts, unique):
     def run(v):
-        out = torch.unique(v, return_inverse=inverse, return_counts=counts)
+        out = unique(v, return_inverse=inverse, return_counts=counts)
         return out if isinstance(out, tuple) else (out,)
     want = run(x)
     got = no_fallback(lambda: run(tpu(x)))
