@@ -11,8 +11,8 @@
 // index is an error there too).
 //
 // Boolean-mask indexing x[mask] (index.Tensor with bool/uint8 indices) has a data-dependent
-// result shape: index_kernel (dynamic_shape_ops.cpp) turns each mask into the columns of
-// its nonzero() first, and so for x[mask] = v (_index_put_impl_) unless v has one element,
+// result shape: mask_index_kernel (dynamic_shape_ops.cpp) turns each mask into the columns
+// of its nonzero() first, and so for x[mask] = v (_index_put_impl_) unless v has one element,
 // which is native as it is (a select).
 //
 // Sums and products (scatter_add, scatter_reduce sum/prod/mean, index_add, index_reduce,
