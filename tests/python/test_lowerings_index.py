@@ -1,7 +1,7 @@
 """Native lowerings of the indexing ops: torch.gather / scatter / scatter_add /
 scatter_reduce("sum"), advanced indexing x[idx] and x[idx] = v (index, index_put_ with and
 without accumulate), index_fill / index_copy / index_add, sort / argsort / topk / kthvalue /
-median, flip, roll, repeat, constant_pad_nd, narrow_copy, stack. Each is compared with
+median, searchsorted / bucketize, flip, roll, repeat, constant_pad_nd, narrow_copy, stack. Each is compared with
 PyTorch on CPU on the same inputs (forward, and backward through autograd where it has
 one) and checked not to use the CPU fallback.
 
@@ -227,3 +227,21 @@ def test_explicit_generator_is_honoured():
     assert torch.equal(a.cpu(), b.cpu()) and not torch.equal(a.cpu(), c.cpu())
     with pytest.raises(RuntimeError, match="tpu"):
         torch.rand(3, device="tpu", generator=torch.Generator())
+
+
+def test_searchsorted_and_bucketize():
+    """Insertion points as the CPU's binary search gives them (ties at both sides, values past
+    either end, NaN past the end), 1-D and batched boundaries, both sides, int32 and int64."""
+    seeded = torch.Generator().manual_seed(6)
+    s = torch.tensor([1.0, 2.0, 2.0, 3.0, 5.0])
+    v = torch.tensor([[0.5, 2.0, float("nan"), 5.0], [3.0, 9.0, 1.0, -1.0]])
+    rows = torch.rand(3, 7, generator=seeded).sort().values
+    vals = torch.rand(3, 4, generator=seeded)
+    for right in (False, True):
+        for i32 in (False, True):
+            compare(lambda d, a, b: torch.searchsorted(a, b, right=right, out_int32=i32), s, v, grad=False)
+            compare(lambda d, a, b: torch.bucketize(a, b, right=right, out_int32=i32), v, s, grad=False)
+            compare(lambda d, a, b: torch.searchsorted(a, b, right=right, out_int32=i32), rows, vals, grad=False)
+    compare(lambda d, a, b: torch.searchsorted(a, b, side="right"), s, v, grad=False)
+    ints = torch.tensor([0, 10, 20, 30])
+    compare(lambda d, a, b: torch.bucketize(a, b), torch.tensor([-5, 0, 15, 30, 31]), ints, grad=False)

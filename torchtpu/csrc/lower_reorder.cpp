@@ -1,6 +1,7 @@
 // lower_reorder.cpp: lowerings of the ops that reorder, pick or repeat values along dims:
 // sort (stable), topk, kthvalue and median along a dim (on top of the IR's sort/argsort),
-// repeat, flip, roll, channel_shuffle, constant_pad_nd and narrow_copy.
+// searchsorted and bucketize, repeat, flip, roll, channel_shuffle, constant_pad_nd and
+// narrow_copy.
 #include <ATen/core/Tensor.h>
 
 #include <cmath>
@@ -214,7 +215,56 @@ void narrow_copy(LowerCtx &ctx) {
   ctx.results = {tpu_graph_slice(ctx.g, x, st, limit, step)};
 }
 
+// ---- searchsorted / bucketize -------------------------------------------------------------------------
+
+// The insertion points of |values| in the sorted last dim of |seq| (1-D, or the same leading
+// dims as values): the count of boundaries b with !(b >= v) (left; the CPU's lower bound)
+// or !(b > v) (right), so a NaN value lands past the end as in the CPU's binary search.
+// One compare of every value with every boundary, then a sum: the cost is values x
+// boundaries, so large pairs (over 2^26) and a sorter are left to the CPU.
+tpu_value_t insertion_points(LowerCtx &ctx, tpu_value_t seq, tpu_value_t values, bool right,
+                             bool out_int32) {
+  tpu_shape_t ss = shape_of(ctx.g, seq), vs = shape_of(ctx.g, values);
+  if (dtype_of(ctx.g, seq) != dtype_of(ctx.g, values)) throw Unsupported("searchsorted dtypes differ");
+  if (ss.rank == 0 || vs.rank + 1 > TPU_MAX_RANK) throw Unsupported("searchsorted ranks");
+  int64_t nb = ss.dims[ss.rank - 1];
+  tpu_shape_t cs = vs;  // values, then the boundaries
+  cs.dims[cs.rank++] = nb;
+  if (numel(cs) > (int64_t{1} << 26)) throw Unsupported("searchsorted: values x boundaries above 2^26");
+  tpu_shape_t seq_shape = cs;  // (1, .., 1, S) or (*B, 1, S)
+  for (int d = 0; d < cs.rank - 1; d++) seq_shape.dims[d] = 1;
+  if (ss.rank > 1) {
+    if (ss.rank != vs.rank) throw Unsupported("searchsorted leading dims");
+    for (int d = 0; d < ss.rank - 1; d++) seq_shape.dims[d] = ss.dims[d];
+  }
+  tpu_value_t b = broadcast_to(ctx.g, tpu_graph_reshape(ctx.g, seq, &seq_shape), cs);
+  tpu_shape_t v1 = vs;
+  v1.dims[v1.rank++] = 1;
+  tpu_value_t v = broadcast_to(ctx.g, tpu_graph_reshape(ctx.g, values, &v1), cs);
+  tpu_value_t past = tpu_graph_compare(ctx.g, right ? TPU_CMP_GT : TPU_CMP_GE, b, v);
+  tpu_dtype_t dt = out_int32 ? TPU_I32 : TPU_I64;
+  tpu_value_t before = tpu_graph_select(ctx.g, past, full(ctx.g, dt, cs, 0), full(ctx.g, dt, cs, 1));
+  return reduce_dims(ctx.g, TPU_REDUCE_SUM, before, {static_cast<int64_t>(cs.rank - 1)}, false);
+}
+
+// searchsorted.Tensor(sorted_sequence, self, *, out_int32, right, side, sorter)
+void searchsorted(LowerCtx &ctx) {
+  if (!ctx.arg(5).isNone()) throw Unsupported("searchsorted with a sorter");
+  bool right = ctx.arg(3).toBool();
+  if (!ctx.arg(4).isNone()) right = ctx.arg(4).toStringRef() == "right";
+  ctx.results = {insertion_points(ctx, ctx.v(0), ctx.v(1), right, ctx.arg(2).toBool())};
+}
+
+// bucketize.Tensor(self, boundaries, *, out_int32, right): searchsorted(boundaries, self)
+void bucketize(LowerCtx &ctx) {
+  ctx.results = {insertion_points(ctx, ctx.v(1), ctx.v(0), ctx.arg(3).toBool(), ctx.arg(2).toBool())};
+}
+
 LoweringRegistrar registrar({
+    {"searchsorted.Tensor", searchsorted},
+    {"searchsorted.Tensor_out", searchsorted},
+    {"bucketize.Tensor", bucketize},
+    {"bucketize.Tensor_out", bucketize},
     {"channel_shuffle", channel_shuffle},
     {"native_channel_shuffle", channel_shuffle},
     {"sort.stable", sort_stable},
