@@ -245,3 +245,33 @@ def test_searchsorted_and_bucketize():
     compare(lambda d, a, b: torch.searchsorted(a, b, side="right"), s, v, grad=False)
     ints = torch.tensor([0, 10, 20, 30])
     compare(lambda d, a, b: torch.bucketize(a, b), torch.tensor([-5, 0, 15, 30, 31]), ints, grad=False)
+
+
+def assert_same_values(got, want):
+    """Exactly equal, -0 apart from +0, any NaN equal to any NaN (payloads differ)."""
+    got = got.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got.signbit() | got.isnan(), want.signbit() | want.isnan())
+
+
+def test_nanmedian_and_median_of_everything():
+    """nanmedian: the lower median of the values that are not NaN (an all-NaN row gives NaN at
+    the first index), the CPU's indices for ties (a stable order), -0 kept; median() and
+    nanmedian() over all elements."""
+    nan = float("nan")
+    x = torch.tensor([[nan, nan, nan], [3.0, nan, 1.0], [2.0, 1.0, 5.0], [nan, 4.0, nan], [-0.0, nan, 1.0],
+                      [4.0, 1.0, 1.0]])
+    r = torch.randn(7, 9, generator=torch.Generator().manual_seed(7))
+    r[r > 1] = nan
+    for t in (x, r, x.to(torch.bfloat16)):
+        for dim in (0, 1, -1):
+            for keepdim in (False, True):
+                want = torch.nanmedian(t, dim, keepdim=keepdim)
+                got = no_fallback(lambda: torch.nanmedian(tpu(t), dim, keepdim=keepdim))
+                assert torch.equal(got.indices.cpu(), want.indices)
+                assert_same_values(got.values, want.values)
+    for t in (x, r, X, torch.tensor([nan, nan]), torch.tensor(3.0)):
+        for fn in (torch.median, torch.nanmedian):
+            assert_same_values(no_fallback(lambda: fn(tpu(t))), fn(t))
+    compare(lambda d, a: torch.nanmedian(a, 1).values, X)  # gradient flows to the median

@@ -37,7 +37,7 @@ SUBSET = {
     "nn.functional.adaptive_avg_pool3d", "nn.functional.adaptive_max_pool3d", "nn.functional.unfold",
     "nn.functional.max_unpool1d", "nn.functional.max_unpool2d", "nn.functional.max_unpool3d",
     "nn.functional.grid_sample", "grid_sampler_2d", "nonzero", "masked_select", "argwhere",
-    "unique", "bincount", "repeat_interleave", "searchsorted", "bucketize",
+    "unique", "bincount", "repeat_interleave", "searchsorted", "bucketize", "median", "nanmedian",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),

@@ -1,6 +1,6 @@
 // lower_reorder.cpp: lowerings of the ops that reorder, pick or repeat values along dims:
 // sort (stable), topk, kthvalue and median along a dim (on top of the IR's sort/argsort),
-// searchsorted and bucketize, repeat, flip, roll, channel_shuffle, constant_pad_nd and
+// nanmedian, searchsorted and bucketize, repeat, flip, roll, channel_shuffle, constant_pad_nd and
 // narrow_copy.
 #include <ATen/core/Tensor.h>
 
@@ -14,8 +14,8 @@ namespace {
 
 // ---- sort / topk -------------------------------------------------------------------------------------
 
-void sort_impl(LowerCtx &ctx, int64_t dim, bool descending) {
-  tpu_value_t x = ctx.v(0);
+// ctx.results = (values, indices) of |x| sorted along |dim|.
+void sort_value(LowerCtx &ctx, tpu_value_t x, int64_t dim, bool descending) {
   tpu_shape_t xs = shape_of(ctx.g, x);
   if (xs.rank == 0) {
     ctx.results = {x, full(ctx.g, TPU_I64, xs, 0)};
@@ -27,6 +27,10 @@ void sort_impl(LowerCtx &ctx, int64_t dim, bool descending) {
   a.descending = descending;
   a.stable = true;
   ctx.results = {tpu_graph_sort(ctx.g, x, &a), tpu_graph_argsort(ctx.g, x, &a)};
+}
+
+void sort_impl(LowerCtx &ctx, int64_t dim, bool descending) {
+  sort_value(ctx, ctx.v(0), dim, descending);
 }
 
 // sort.stable / sort.values_stable(self, stable, dim, descending)
@@ -72,19 +76,19 @@ void kthvalue(LowerCtx &ctx) {
   pick_sorted(ctx, dim, ctx.arg(1).toInt() - 1, ctx.arg(3).toBool());
 }
 
-// median.dim(self, dim, keepdim) -> (values, indices): the lower median; a NaN along dim
-// makes the median NaN with the index of the first NaN, as in PyTorch.
-void median_dim(LowerCtx &ctx) {
-  tpu_value_t x = ctx.v(0);
+// The lower median of |x| along |dim| -> ctx.results (values, indices of shape |out|); a
+// NaN along dim makes the median NaN with the index of the first NaN, as in PyTorch.
+void median_of(LowerCtx &ctx, tpu_value_t x, int64_t dim, const tpu_shape_t &out) {
   tpu_shape_t xs = shape_of(ctx.g, x);
   if (xs.rank == 0 || !tpu_dtype_is_float(dtype_of(ctx.g, x))) throw Unsupported("median");
-  int64_t dim = wrap_dim(ctx.arg(1).toInt(), xs.rank);
-  bool keepdim = ctx.arg(2).toBool();
   if (xs.dims[dim] == 0) throw Unsupported("median of an empty dim");
-  sort_impl(ctx, dim, false);
-  pick_sorted(ctx, dim, (xs.dims[dim] - 1) / 2, keepdim);
+  sort_value(ctx, x, dim, false);
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+  for (int d = 0; d < xs.rank; d++) limit[d] = xs.dims[d], step[d] = 1;
+  start[dim] = (xs.dims[dim] - 1) / 2;
+  limit[dim] = start[dim] + 1;
+  for (tpu_value_t &r : ctx.results) r = tpu_graph_reshape(ctx.g, tpu_graph_slice(ctx.g, r, start, limit, step), &out);
   tpu_value_t nan = tpu_graph_compare(ctx.g, TPU_CMP_NE, x, x);
-  tpu_shape_t out = ctx.out_shape(0);
   tpu_value_t any = tpu_graph_reshape(ctx.g, reduce_dims(ctx.g, TPU_REDUCE_OR, nan, {dim}, false), &out);
   tpu_value_t first = reduce_dims(ctx.g, TPU_REDUCE_ARGMAX, convert(ctx.g, nan, TPU_I32), {dim}, false);
   first = tpu_graph_reshape(ctx.g, first, &out);
@@ -92,6 +96,70 @@ void median_dim(LowerCtx &ctx) {
   ctx.results[0] = tpu_graph_select(ctx.g, any, full(ctx.g, dt, out, std::nan("")), ctx.results[0]);
   ctx.results[1] = tpu_graph_select(ctx.g, any, first, ctx.results[1]);
 }
+
+// median.dim(self, dim, keepdim) -> (values, indices)
+void median_dim(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  int64_t rank = shape_of(ctx.g, x).rank;
+  if (rank == 0) {  // the value itself, at index 0
+    ctx.results = {x, full(ctx.g, TPU_I64, shape_of(ctx.g, x), 0)};
+    return;
+  }
+  median_of(ctx, x, wrap_dim(ctx.arg(1).toInt(), rank), ctx.out_shape(0));  // out: keepdim or not
+}
+
+// The lower median of the values of |x| along |dim| that are not NaN -> ctx.results
+// (values, indices of shape |out|). The stable sort puts NaN last, so with c of them not NaN
+// the median sits at sorted position (c - 1) / 2 (0 when all are NaN: the first NaN, as on
+// the CPU), picked per row by a one-hot compare (a min over +inf elsewhere keeps -0 and NaN).
+void nanmedian_of(LowerCtx &ctx, tpu_value_t x, int64_t dim, const tpu_shape_t &out) {
+  tpu_shape_t xs = shape_of(ctx.g, x);
+  if (xs.rank == 0 || !tpu_dtype_is_float(dtype_of(ctx.g, x))) throw Unsupported("nanmedian");
+  if (xs.dims[dim] == 0) throw Unsupported("nanmedian of an empty dim");
+  sort_value(ctx, x, dim, false);
+  tpu_value_t valid = tpu_graph_compare(ctx.g, TPU_CMP_EQ, x, x);
+  tpu_value_t count = reduce_dims(ctx.g, TPU_REDUCE_SUM, convert(ctx.g, valid, TPU_I64), {dim}, true);
+  tpu_shape_t cs = shape_of(ctx.g, count);
+  // twice the median's position: max(c - 1, 0); position p holds it when 2p or 2p + 1 does
+  tpu_value_t twice = tpu_graph_binary(ctx.g, TPU_OP_MAX, ew2(ctx.g, TPU_OP_SUB, count, scalar_const(ctx.g, TPU_I64, 1), TPU_I64, cs),
+                                       full(ctx.g, TPU_I64, cs, 0));
+  tpu_value_t t = broadcast_to(ctx.g, twice, xs);
+  tpu_value_t p2 = ew2(ctx.g, TPU_OP_MUL, tpu_graph_iota(ctx.g, TPU_I64, &xs, static_cast<int>(dim)),
+                       scalar_const(ctx.g, TPU_I64, 2), TPU_I64, xs);
+  tpu_value_t p2_1 = ew2(ctx.g, TPU_OP_ADD, p2, scalar_const(ctx.g, TPU_I64, 1), TPU_I64, xs);
+  tpu_value_t hit = tpu_graph_binary(ctx.g, TPU_OP_OR, tpu_graph_compare(ctx.g, TPU_CMP_EQ, p2, t),
+                                     tpu_graph_compare(ctx.g, TPU_CMP_EQ, p2_1, t));
+  tpu_dtype_t dt = dtype_of(ctx.g, ctx.results[0]);
+  tpu_value_t v = tpu_graph_select(ctx.g, hit, ctx.results[0], full(ctx.g, dt, xs, INFINITY));
+  tpu_value_t i = tpu_graph_select(ctx.g, hit, ctx.results[1], full(ctx.g, TPU_I64, xs, 0));
+  ctx.results = {tpu_graph_reshape(ctx.g, reduce_dims(ctx.g, TPU_REDUCE_MIN, v, {dim}, false), &out),
+                 tpu_graph_reshape(ctx.g, reduce_dims(ctx.g, TPU_REDUCE_SUM, i, {dim}, false), &out)};
+}
+
+// nanmedian.dim(self, dim, keepdim) -> (values, indices)
+void nanmedian_dim(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  int64_t rank = shape_of(ctx.g, x).rank;
+  if (rank == 0) {  // the value itself, at index 0
+    ctx.results = {x, full(ctx.g, TPU_I64, shape_of(ctx.g, x), 0)};
+    return;
+  }
+  nanmedian_of(ctx, x, wrap_dim(ctx.arg(1).toInt(), rank), ctx.out_shape(0));
+}
+
+// median(self) / nanmedian(self): over all elements, the value only.
+void median_all(LowerCtx &ctx, bool skip_nan) {
+  tpu_shape_t flat{};
+  flat.rank = 1;
+  flat.dims[0] = numel(shape_of(ctx.g, ctx.v(0)));
+  tpu_value_t x = tpu_graph_reshape(ctx.g, ctx.v(0), &flat);
+  tpu_shape_t scalar{};
+  if (skip_nan) nanmedian_of(ctx, x, 0, scalar);
+  else median_of(ctx, x, 0, scalar);
+  ctx.results.resize(1);
+}
+void median_all_values(LowerCtx &ctx) { median_all(ctx, false); }
+void nanmedian_all(LowerCtx &ctx) { median_all(ctx, true); }
 
 // ---- shapes ------------------------------------------------------------------------------------------
 
@@ -276,6 +344,10 @@ LoweringRegistrar registrar({
     {"kthvalue.values", kthvalue},
     {"median.dim", median_dim},
     {"median.dim_values", median_dim},
+    {"median", median_all_values},
+    {"nanmedian", nanmedian_all},
+    {"nanmedian.dim", nanmedian_dim},
+    {"nanmedian.dim_values", nanmedian_dim},
     {"repeat", repeat},
     {"repeat.out", repeat},
     {"flip", flip},
