@@ -97,17 +97,6 @@ void median_of(LowerCtx &ctx, tpu_value_t x, int64_t dim, const tpu_shape_t &out
   ctx.results[1] = tpu_graph_select(ctx.g, any, first, ctx.results[1]);
 }
 
-// median.dim(self, dim, keepdim) -> (values, indices)
-void median_dim(LowerCtx &ctx) {
-  tpu_value_t x = ctx.v(0);
-  int64_t rank = shape_of(ctx.g, x).rank;
-  if (rank == 0) {  // the value itself, at index 0
-    ctx.results = {x, full(ctx.g, TPU_I64, shape_of(ctx.g, x), 0)};
-    return;
-  }
-  median_of(ctx, x, wrap_dim(ctx.arg(1).toInt(), rank), ctx.out_shape(0));  // out: keepdim or not
-}
-
 // The lower median of the values of |x| along |dim| that are not NaN -> ctx.results
 // (values, indices of shape |out|). The stable sort puts NaN last, so with c of them not NaN
 // the median sits at sorted position (c - 1) / 2 (0 when all are NaN: the first NaN, as on
@@ -136,16 +125,21 @@ void nanmedian_of(LowerCtx &ctx, tpu_value_t x, int64_t dim, const tpu_shape_t &
                  tpu_graph_reshape(ctx.g, reduce_dims(ctx.g, TPU_REDUCE_SUM, i, {dim}, false), &out)};
 }
 
-// nanmedian.dim(self, dim, keepdim) -> (values, indices)
-void nanmedian_dim(LowerCtx &ctx) {
+// median.dim / nanmedian.dim(self, dim, keepdim) -> (values, indices)
+void median_along(LowerCtx &ctx, bool skip_nan) {
   tpu_value_t x = ctx.v(0);
   int64_t rank = shape_of(ctx.g, x).rank;
   if (rank == 0) {  // the value itself, at index 0
     ctx.results = {x, full(ctx.g, TPU_I64, shape_of(ctx.g, x), 0)};
     return;
   }
-  nanmedian_of(ctx, x, wrap_dim(ctx.arg(1).toInt(), rank), ctx.out_shape(0));
+  int64_t dim = wrap_dim(ctx.arg(1).toInt(), rank);
+  tpu_shape_t out = ctx.out_shape(0);  // with dim as 1 or without it (keepdim)
+  if (skip_nan) nanmedian_of(ctx, x, dim, out);
+  else median_of(ctx, x, dim, out);
 }
+void median_dim(LowerCtx &ctx) { median_along(ctx, false); }
+void nanmedian_dim(LowerCtx &ctx) { median_along(ctx, true); }
 
 // median(self) / nanmedian(self): over all elements, the value only.
 void median_all(LowerCtx &ctx, bool skip_nan) {
