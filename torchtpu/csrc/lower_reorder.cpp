@@ -51,18 +51,16 @@ void topk(LowerCtx &ctx) {
   for (tpu_value_t &r : ctx.results) r = tpu_graph_slice(ctx.g, r, start, limit, step);
 }
 
-// The element at sorted position |k| along |dim| of (values, indices) -> results, keeping
-// |dim| as size 1 if |keepdim|.
-void pick_sorted(LowerCtx &ctx, int64_t dim, int64_t k, bool keepdim) {
+// The element at sorted position |k| along |dim| of (values, indices) -> results, reshaped
+// to |out| (dim kept as size 1, or dropped).
+void pick_sorted(LowerCtx &ctx, int64_t dim, int64_t k, const tpu_shape_t &out) {
   tpu_shape_t s = shape_of(ctx.g, ctx.results[0]);
   int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
   for (int d = 0; d < s.rank; d++) limit[d] = s.dims[d], step[d] = 1;
   start[dim] = k;
   limit[dim] = k + 1;
-  tpu_shape_t out = ctx.out_shape(0);
   for (tpu_value_t &r : ctx.results) {
-    r = tpu_graph_slice(ctx.g, r, start, limit, step);
-    if (!keepdim) r = tpu_graph_reshape(ctx.g, r, &out);
+    r = tpu_graph_reshape(ctx.g, tpu_graph_slice(ctx.g, r, start, limit, step), &out);
   }
 }
 
@@ -73,7 +71,7 @@ void kthvalue(LowerCtx &ctx) {
   if (xs.rank == 0) throw Unsupported("kthvalue of a scalar");
   int64_t dim = wrap_dim(ctx.arg(2).toInt(), xs.rank);
   sort_impl(ctx, dim, false);
-  pick_sorted(ctx, dim, ctx.arg(1).toInt() - 1, ctx.arg(3).toBool());
+  pick_sorted(ctx, dim, ctx.arg(1).toInt() - 1, ctx.out_shape(0));  // out: keepdim or not
 }
 
 // The lower median of |x| along |dim| -> ctx.results (values, indices of shape |out|); a
@@ -83,11 +81,7 @@ void median_of(LowerCtx &ctx, tpu_value_t x, int64_t dim, const tpu_shape_t &out
   if (xs.rank == 0 || !tpu_dtype_is_float(dtype_of(ctx.g, x))) throw Unsupported("median");
   if (xs.dims[dim] == 0) throw Unsupported("median of an empty dim");
   sort_value(ctx, x, dim, false);
-  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
-  for (int d = 0; d < xs.rank; d++) limit[d] = xs.dims[d], step[d] = 1;
-  start[dim] = (xs.dims[dim] - 1) / 2;
-  limit[dim] = start[dim] + 1;
-  for (tpu_value_t &r : ctx.results) r = tpu_graph_reshape(ctx.g, tpu_graph_slice(ctx.g, r, start, limit, step), &out);
+  pick_sorted(ctx, dim, (xs.dims[dim] - 1) / 2, out);
   tpu_value_t nan = tpu_graph_compare(ctx.g, TPU_CMP_NE, x, x);
   tpu_value_t any = tpu_graph_reshape(ctx.g, reduce_dims(ctx.g, TPU_REDUCE_OR, nan, {dim}, false), &out);
   tpu_value_t first = reduce_dims(ctx.g, TPU_REDUCE_ARGMAX, convert(ctx.g, nan, TPU_I32), {dim}, false);
