@@ -53,6 +53,7 @@ typedef enum tpu_op_family {
   TPU_FAMILY_REDUCE,
   TPU_FAMILY_MXU,
   TPU_FAMILY_INDEX,
+  TPU_FAMILY_LINALG,
 } tpu_op_family_t;
 
 const char *tpu_op_name(tpu_op_t op);          /* "ADD" */
@@ -201,6 +202,19 @@ typedef struct tpu_sort_attrs {
   bool stable;
 } tpu_sort_attrs_t;
 
+/* CHOLESKY: a = L L^T (lower) or U^T U; reads only that triangle of a and writes 0 in
+ * the other. Where a leading minor is not positive definite (or a pivot is NaN), that
+ * pivot's column and everything right of it and below it are NaN. */
+typedef struct tpu_cholesky_attrs { bool lower; } tpu_cholesky_attrs_t;
+
+/* TRIANGULAR_SOLVE: x with op(a) x = b (left_side) or x op(a) = b, op(a) = a or a^T
+ * (transpose_a); a is read only in its lower or upper triangle, its diagonal taken as 1
+ * with unit_diagonal. a: [..., n, n]; b and the result: [..., n, k] (left) or [..., k, n]
+ * with the same batch dims as a. */
+typedef struct tpu_triangular_solve_attrs {
+  bool left_side, lower, unit_diagonal, transpose_a;
+} tpu_triangular_solve_attrs_t;
+
 typedef union tpu_attrs {
   tpu_param_attrs_t param;
   tpu_constant_attrs_t constant;
@@ -222,6 +236,8 @@ typedef union tpu_attrs {
   tpu_gather_attrs_t gather;
   tpu_scatter_attrs_t scatter;
   tpu_sort_attrs_t sort;
+  tpu_cholesky_attrs_t cholesky;
+  tpu_triangular_solve_attrs_t triangular_solve;
 } tpu_attrs_t;
 
 typedef struct tpu_node {
@@ -341,6 +357,10 @@ tpu_value_t tpu_graph_scatter(tpu_graph_t *g, tpu_value_t x, tpu_value_t indices
                               tpu_value_t updates, const tpu_scatter_attrs_t *attrs);
 tpu_value_t tpu_graph_sort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attrs_t *attrs);
 tpu_value_t tpu_graph_argsort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attrs_t *attrs);
+
+tpu_value_t tpu_graph_cholesky(tpu_graph_t *g, tpu_value_t a, bool lower);
+tpu_value_t tpu_graph_triangular_solve(tpu_graph_t *g, tpu_value_t a, tpu_value_t b,
+                                       const tpu_triangular_solve_attrs_t *attrs);
 
 /* Copies every node of |src| (a well-typed graph: built by the builders, or deserialized)
  * except its parameters into |dst|, with its type in |src| (which the shape rules would

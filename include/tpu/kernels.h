@@ -120,6 +120,16 @@ tpu_status_t tpu_kernel_sort(const tpu_sort_attrs_t *attrs, const tpu_buf_t *x,
                              const tpu_buf_t *out_values, const tpu_buf_t *out_indices,
                              tpu_pool_t *pool); /* either output may be NULL */
 
+/* ---- linear algebra (f64 workspace per matrix; any float dtype) ---------------------------- */
+
+/* out = the Cholesky factor of each matrix of a [..., n, n] (tpu_cholesky_attrs_t). */
+tpu_status_t tpu_kernel_cholesky(bool lower, const tpu_buf_t *a, const tpu_buf_t *out,
+                                 tpu_pool_t *pool);
+/* out = x with op(a) x = b or x op(a) = b (tpu_triangular_solve_attrs_t). */
+tpu_status_t tpu_kernel_triangular_solve(const tpu_triangular_solve_attrs_t *attrs,
+                                         const tpu_buf_t *a, const tpu_buf_t *b,
+                                         const tpu_buf_t *out, tpu_pool_t *pool);
+
 /* ---- naive references (same contracts, single-threaded, obvious loops) ---------------- */
 
 tpu_status_t tpu_ref_unary(tpu_op_t op, const tpu_buf_t *x, const tpu_buf_t *out);

@@ -190,6 +190,10 @@ static tpu_status_t run_node(const step_t *s, tpu_buf_t *in, const tpu_buf_t *ou
       return tpu_kernel_sort(&a->sort, &in[0], out, NULL, pool);
     case TPU_OP_ARGSORT:
       return tpu_kernel_sort(&a->sort, &in[0], NULL, out, pool);
+    case TPU_OP_CHOLESKY:
+      return tpu_kernel_cholesky(a->cholesky.lower, &in[0], out, pool);
+    case TPU_OP_TRIANGULAR_SOLVE:
+      return tpu_kernel_triangular_solve(&a->triangular_solve, &in[0], &in[1], out, pool);
     default:
       break;
   }

@@ -35,6 +35,8 @@ static size_t attrs_size(tpu_op_t op) {
     case TPU_OP_SCATTER: return sizeof a->scatter;
     case TPU_OP_SORT:
     case TPU_OP_ARGSORT: return sizeof a->sort;
+    case TPU_OP_CHOLESKY: return sizeof a->cholesky;
+    case TPU_OP_TRIANGULAR_SOLVE: return sizeof a->triangular_solve;
     default: return 0;
   }
 }

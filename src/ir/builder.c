@@ -544,3 +544,23 @@ tpu_value_t tpu_graph_sort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attrs_t
 tpu_value_t tpu_graph_argsort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attrs_t *attrs) {
   return sort_like(g, TPU_OP_ARGSORT, x, attrs);
 }
+
+/* ---- linear algebra ----------------------------------------------------------------------- */
+
+tpu_value_t tpu_graph_cholesky(tpu_graph_t *g, tpu_value_t a, bool lower) {
+  if (!g) return TPU_NO_VALUE;
+  tpu_node_t n = node_init(TPU_OP_CHOLESKY);
+  n.attrs.cholesky.lower = lower;
+  tpu_value_t ops[1] = {a};
+  return finish(g, &n, ops, 1);
+}
+
+tpu_value_t tpu_graph_triangular_solve(tpu_graph_t *g, tpu_value_t a, tpu_value_t b,
+                                       const tpu_triangular_solve_attrs_t *attrs) {
+  if (!g) return TPU_NO_VALUE;
+  tpu_node_t n = node_init(TPU_OP_TRIANGULAR_SOLVE);
+  if (!attrs) return bad(g, &n, "attrs is NULL");
+  n.attrs.triangular_solve = *attrs;
+  tpu_value_t ops[2] = {a, b};
+  return finish(g, &n, ops, 2);
+}

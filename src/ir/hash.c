@@ -141,6 +141,13 @@ static uint64_t hash_attrs(uint64_t h, const tpu_node_t *n, int rank) {
       h = h_i64(h, a->sort.dim);
       h = h_u64(h, a->sort.descending);
       return h_u64(h, a->sort.stable);
+    case TPU_OP_CHOLESKY:
+      return h_u64(h, a->cholesky.lower);
+    case TPU_OP_TRIANGULAR_SOLVE:
+      h = h_u64(h, a->triangular_solve.left_side);
+      h = h_u64(h, a->triangular_solve.lower);
+      h = h_u64(h, a->triangular_solve.unit_diagonal);
+      return h_u64(h, a->triangular_solve.transpose_a);
     default: return h; /* elementwise ops have no attributes */
   }
 }

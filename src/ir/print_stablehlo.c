@@ -841,6 +841,34 @@ static const char *emit_bits_to_unit(printer_t *p, char name[REF_CAP], const cha
   return emit_raw(p, name, "subtract", f, one, "f32", s);
 }
 
+static void print_cholesky(printer_t *p, int i) {
+  const tpu_node_t *n = N(i);
+  const tpu_node_t *a = N(n->operands[0]);
+  out(p, "    %s = \"stablehlo.cholesky\"(%s) <{lower = %s}> : (", ref(p, i),
+      ref(p, n->operands[0]), n->attrs.cholesky.lower ? "true" : "false");
+  out_type(p, a->dtype, &a->shape);
+  out(p, ") -> ");
+  out_node_type(p, i);
+  out(p, "\n");
+}
+
+static void print_triangular_solve(printer_t *p, int i) {
+  const tpu_node_t *n = N(i);
+  const tpu_node_t *a = N(n->operands[0]), *b = N(n->operands[1]);
+  const tpu_triangular_solve_attrs_t *t = &n->attrs.triangular_solve;
+  out(p, "    %s = \"stablehlo.triangular_solve\"(%s, %s) <{left_side = %s, lower = %s, "
+         "transpose_a = #stablehlo<transpose %s>, unit_diagonal = %s}> : (",
+      ref(p, i), ref(p, n->operands[0]), ref(p, n->operands[1]), t->left_side ? "true" : "false",
+      t->lower ? "true" : "false", t->transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE",
+      t->unit_diagonal ? "true" : "false");
+  out_type(p, a->dtype, &a->shape);
+  out(p, ", ");
+  out_type(p, b->dtype, &b->shape);
+  out(p, ") -> ");
+  out_node_type(p, i);
+  out(p, "\n");
+}
+
 static void print_rng(printer_t *p, int i) {
   const tpu_node_t *n = N(i);
   const tpu_shape_t *s = &n->shape;
@@ -965,6 +993,8 @@ static void print_node(printer_t *p, int i) {
     case TPU_OP_SCATTER: print_scatter(p, i); return;
     case TPU_OP_SORT:
     case TPU_OP_ARGSORT: print_sort(p, i); return;
+    case TPU_OP_CHOLESKY: print_cholesky(p, i); return;
+    case TPU_OP_TRIANGULAR_SOLVE: print_triangular_solve(p, i); return;
     default: print_elementwise(p, i); return; /* UNARY and two-operand BINARY families */
   }
 }

@@ -202,6 +202,13 @@ static void io_attrs(io_t *io, tpu_op_t op, tpu_attrs_t *a) {
       io_int(io, &a->sort.dim);
       io_bool(io, &a->sort.descending);
       return io_bool(io, &a->sort.stable);
+    case TPU_OP_CHOLESKY:
+      return io_bool(io, &a->cholesky.lower);
+    case TPU_OP_TRIANGULAR_SOLVE:
+      io_bool(io, &a->triangular_solve.left_side);
+      io_bool(io, &a->triangular_solve.lower);
+      io_bool(io, &a->triangular_solve.unit_diagonal);
+      return io_bool(io, &a->triangular_solve.transpose_a);
     default: return; /* elementwise ops have no attributes */
   }
 }

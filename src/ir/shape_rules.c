@@ -964,6 +964,51 @@ static tpu_status_t rule_sort(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
   return TPU_OK;
 }
 
+/* ---- linear algebra ---------------------------------------------------------------------- */
+
+/* |x|: float, rank >= 2, square in its last two dims. */
+static tpu_status_t square_matrices(rule_ctx_t *c, const tpu_node_t *x, const char *what) {
+  TPU_RETURN_IF_ERROR(need_kind(c, x->dtype, K_FLOAT, what));
+  int r = x->shape.rank;
+  if (r < 2) return fail(c, "%s must have rank >= 2, got rank %d", what, r);
+  if (x->shape.dims[r - 1] != x->shape.dims[r - 2]) {
+    return fail(c, "%s must be square matrices, got %lld x %lld", what,
+                (long long)x->shape.dims[r - 2], (long long)x->shape.dims[r - 1]);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t rule_cholesky(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
+  const tpu_node_t *a = arg(c, 0);
+  TPU_RETURN_IF_ERROR(square_matrices(c, a, "operand"));
+  *dt = a->dtype;
+  *sh = a->shape;
+  return TPU_OK;
+}
+
+static tpu_status_t rule_triangular_solve(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
+  const tpu_node_t *a = arg(c, 0), *b = arg(c, 1);
+  TPU_RETURN_IF_ERROR(square_matrices(c, a, "a"));
+  TPU_RETURN_IF_ERROR(same_dtype(c, a, b, "b"));
+  int r = a->shape.rank;
+  if (b->shape.rank != r) return fail(c, "b has rank %d, a has rank %d", b->shape.rank, r);
+  for (int d = 0; d < r - 2; d++) {
+    if (a->shape.dims[d] != b->shape.dims[d]) {
+      return fail(c, "batch dim %d differs: a %lld, b %lld", d, (long long)a->shape.dims[d],
+                  (long long)b->shape.dims[d]);
+    }
+  }
+  bool left = c->n->attrs.triangular_solve.left_side;
+  int64_t n = a->shape.dims[r - 1], bn = b->shape.dims[left ? r - 2 : r - 1];
+  if (bn != n) {
+    return fail(c, "b's %s dim is %lld, a is %lld x %lld", left ? "row" : "column",
+                (long long)bn, (long long)n, (long long)n);
+  }
+  *dt = b->dtype;
+  *sh = b->shape;
+  return TPU_OK;
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------- */
 
 const char *tpu_ir_builder_name(tpu_op_t op, const tpu_attrs_t *attrs, char *buf, size_t cap) {
@@ -1045,6 +1090,8 @@ tpu_status_t tpu_ir_infer(const tpu_graph_t *g, const tpu_node_t *node, tpu_dtyp
     case TPU_OP_SCATTER: st = rule_scatter(&c, &dt, &sh); break;
     case TPU_OP_SORT:
     case TPU_OP_ARGSORT: st = rule_sort(&c, &dt, &sh); break;
+    case TPU_OP_CHOLESKY: st = rule_cholesky(&c, &dt, &sh); break;
+    case TPU_OP_TRIANGULAR_SOLVE: st = rule_triangular_solve(&c, &dt, &sh); break;
     default:
       switch (tpu_op_family(node->op)) {
         case TPU_FAMILY_UNARY: st = rule_unary(&c, &dt, &sh); break;

@@ -83,6 +83,7 @@ static bool is_heavy(tpu_op_t op) {
     case TPU_FAMILY_MXU:
     case TPU_FAMILY_REDUCE:
     case TPU_FAMILY_INDEX:
+    case TPU_FAMILY_LINALG:
       return true;
     default:
       return op == TPU_OP_RNG || op == TPU_OP_DYNAMIC_UPDATE_SLICE;
@@ -92,6 +93,16 @@ static bool is_heavy(tpu_op_t op) {
 static bool is_elementwise(tpu_op_t op) {
   tpu_op_family_t f = tpu_op_family(op);
   return f == TPU_FAMILY_UNARY || f == TPU_FAMILY_BINARY || f == TPU_FAMILY_COMPARE;
+}
+
+/* Vector multiply-adds of a linear-algebra node: n^3 / 3 per Cholesky factor, n^2 per
+ * right-hand side of a triangular solve (on the VPU: the chip has no MXU path for them). */
+static double linalg_work(const tpu_graph_t *g, const tpu_node_t *node) {
+  const tpu_node_t *a = tpu_graph_node(g, node->operands[0]);
+  int r = a->shape.rank;
+  double n = (double)a->shape.dims[r - 1], batches = numel(&a->shape) / (n * n > 0 ? n * n : 1);
+  if (node->op == TPU_OP_CHOLESKY) return batches * n * n * n / 3;
+  return numel(&node->shape) * n;
 }
 
 typedef struct mxu_work {
@@ -194,6 +205,8 @@ static void add_kernel(const tpu_graph_t *g, const tpu_chip_spec_t *spec, cost_s
       }
     } else if (is_elementwise(node->op)) {
       vpu += numel(&node->shape);
+    } else if (tpu_op_family(node->op) == TPU_FAMILY_LINALG) {
+      vpu += linalg_work(g, node);
     } else if (tpu_op_family(node->op) == TPU_FAMILY_REDUCE && node->num_operands > 0) {
       const tpu_node_t *x = tpu_graph_node(g, node->operands[0]);
       double per = 1;

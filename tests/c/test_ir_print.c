@@ -1,5 +1,6 @@
 /* test_ir_print.c: the StableHLO printer on representative graphs (MLP layer, softmax,
- * convolution, gather, sort/argsort, ARGMAX, SCAN, scatter, RNG, every elementwise op),
+ * convolution, gather, sort/argsort, ARGMAX, SCAN, scatter, RNG, cholesky and
+ * triangular_solve, every elementwise op),
  * checked by golden substrings of the text.
  *
  * With TPU_STABLEHLO_DUMP_DIR=<dir> set, each module is also written to <dir>/<name>.mlir;
@@ -341,6 +342,21 @@ static tpu_graph_t *build_empty(void) {
   return g;
 }
 
+/* a = L L^T: L^-1 b and b^T L^-T (a f32[2,3,3], b f32[2,3,2]) */
+static tpu_graph_t *build_linalg(void) {
+  tpu_graph_t *g = ir_graph();
+  tpu_value_t a = ir_param(g, TPU_F32, SHAPE(2, 3, 3));
+  tpu_value_t b = ir_param(g, TPU_F32, SHAPE(2, 3, 2));
+  tpu_value_t l = tpu_graph_cholesky(g, a, true);
+  tpu_triangular_solve_attrs_t left = {.left_side = true, .lower = true};
+  tpu_graph_output(g, tpu_graph_triangular_solve(g, l, b, &left), NULL);
+  int64_t perm[3] = {0, 2, 1};
+  tpu_triangular_solve_attrs_t right = {.lower = true, .transpose_a = true};
+  tpu_value_t bt = tpu_graph_transpose(g, b, perm);
+  tpu_graph_output(g, tpu_graph_triangular_solve(g, l, bt, &right), NULL);
+  return g;
+}
+
 /* ---- the table of graphs and golden substrings -------------------------------------------- */
 
 typedef struct print_case {
@@ -530,6 +546,14 @@ static const print_case_t kCases[] = {
         "stablehlo.dynamic_slice %arg0, sizes = [] : (tensor<f32>) -> tensor<f32>",
         "window_dimensions = array<i64: 1, 1>",
         "-> (tensor<2xf32>, tensor<2xi64>)"}},
+    {"linalg", build_linalg, {
+        "%v2 = \"stablehlo.cholesky\"(%arg0) <{lower = true}> : (tensor<2x3x3xf32>) -> "
+        "tensor<2x3x3xf32>",
+        "\"stablehlo.triangular_solve\"(%v2, %arg1) <{left_side = true, lower = true, "
+        "transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = false}> : "
+        "(tensor<2x3x3xf32>, tensor<2x3x2xf32>) -> tensor<2x3x2xf32>",
+        "<{left_side = false, lower = true, transpose_a = #stablehlo<transpose TRANSPOSE>, "
+        "unit_diagonal = false}> : (tensor<2x3x3xf32>, tensor<2x2x3xf32>) -> tensor<2x2x3xf32>"}},
     {"empty", build_empty, {
         "func.func public @main(%arg0: tensor<2xf32>) -> () {\n    return\n  }"}},
 };

@@ -92,6 +92,9 @@ static tpu_graph_t *every_op_graph(void) {
   tpu_graph_sort(g, x, &so);
   tpu_value_t last = tpu_graph_argsort(g, x, &so);
   tpu_graph_output(g, last, NULL);
+  tpu_value_t m = ir_param(g, TPU_F32, SHAPE(3, 3));
+  tpu_triangular_solve_attrs_t ts = {.left_side = true, .lower = true};
+  tpu_graph_triangular_solve(g, tpu_graph_cholesky(g, m, true), m, &ts);
   return g;
 }
 

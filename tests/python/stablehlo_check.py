@@ -140,17 +140,32 @@ def check_scan(run):
             np.array_equal(cm, np.maximum.accumulate(x, 1))), "cumsum and cummax"
 
 
+def check_linalg(run):
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal((2, 3, 3)).astype(f32)
+    a = m @ m.transpose(0, 2, 1) + 3 * np.eye(3, dtype=f32)
+    b = rng.standard_normal((2, 3, 2)).astype(f32)
+    x, xt = run([a, b])
+    lo = np.linalg.cholesky(a.astype(np.float64))
+    want = np.linalg.solve(lo, b)
+    want_t = np.swapaxes(np.linalg.solve(lo, b), 1, 2)  # b^T L^-T = (L^-1 b)^T
+    ok = np.allclose(x, want, rtol=1e-4, atol=1e-5) and np.allclose(xt, want_t, rtol=1e-4, atol=1e-5)
+    return ok, "cholesky, then left and right (transposed) triangular solves"
+
+
 def check_scatter(run):
     x = np.zeros((4, 3), f32)
     idx = np.array([[1], [3]], np.int32)
     upd = np.array([[1, 2, 3], [4, 5, 6]], f32)
-    add, rep = run([x + 1, idx, upd])
+    add, rep, mx = run([x + 1, idx, upd])
     want = np.ones((4, 3), f32)
     want[1] += upd[0]
     want[3] += upd[1]
     want_rep = np.ones((4, 3), f32)
     want_rep[1], want_rep[3] = upd[0], upd[1]
-    return np.array_equal(add, want) and np.array_equal(rep, want_rep), "scatter add/replace"
+    want_max = np.maximum(np.ones((4, 3), f32), want_rep)
+    return (np.array_equal(add, want) and np.array_equal(rep, want_rep) and
+            np.array_equal(mx, want_max)), "scatter add/replace/max"
 
 
 def check_pool(run):
@@ -304,7 +319,7 @@ CHECKS = {
     "sort": check_sort, "argmax": check_argmax, "scan": check_scan, "scatter": check_scatter,
     "pool": check_pool, "rng": check_rng, "unary": check_unary, "binary": check_binary,
     "shapes": check_shapes, "constants": check_constants, "dot": check_dot,
-    "reduce_kinds": check_reduce_kinds, "edges": check_edges,
+    "reduce_kinds": check_reduce_kinds, "edges": check_edges, "linalg": check_linalg,
 }
 
 BROKEN = """module @broken {

@@ -38,6 +38,8 @@ SUBSET = {
     "nn.functional.max_unpool1d", "nn.functional.max_unpool2d", "nn.functional.max_unpool3d",
     "nn.functional.grid_sample", "grid_sampler_2d", "nonzero", "masked_select", "argwhere",
     "unique", "bincount", "repeat_interleave", "searchsorted", "bucketize", "median", "nanmedian",
+    "linalg.cholesky", "linalg.cholesky_ex", "linalg.solve_triangular", "triangular_solve",
+    "cholesky_solve", "cholesky_inverse",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),

@@ -65,31 +65,81 @@ bool tpu_ir_strides_dense(const Geo &g) {
   return true;
 }
 
-tpu_value_t view_of(tpu_graph_t *g, tpu_value_t base, const Geo &b, const Geo &v) {
-  if (b.dtype != v.dtype || !tpu_ir_strides_dense(b)) return TPU_NO_VALUE;
+namespace {
+
+// Where a read |v| starts in a dense write |b| and the dims of |v| that walk memory.
+struct Walk {
+  int64_t d = 0;  // v's first element, in elements from b's
+  int dims[TPU_MAX_RANK] = {};
+  int m = 0;
+};
+
+// True if |v| is a strided sub-view of the dense write |b| (see view_of), with its walk.
+bool plan_walk(const Geo &b, const Geo &v, Walk *w) {
+  if (b.dtype != v.dtype || !tpu_ir_strides_dense(b)) return false;
   int64_t esize = static_cast<int64_t>(c10::elementSize(b.dtype));
   int64_t d = v.offset - b.offset;
-  if (d < 0 || d % esize) return TPU_NO_VALUE;
+  if (d < 0 || d % esize) return false;
   d /= esize;
   int64_t n = numel_of(b);
   // the dims of v that walk memory, by decreasing stride
-  int dims[TPU_MAX_RANK];
+  int *dims = w->dims;
   int m = 0;
   int64_t last = d;  // offset of v's last element
   for (int k = 0; k < v.rank; k++) {
-    if (v.sizes[k] == 0 || v.strides[k] < 0) return TPU_NO_VALUE;
+    if (v.sizes[k] == 0 || v.strides[k] < 0) return false;
     if (v.sizes[k] > 1 && v.strides[k] > 0) {
       dims[m++] = k;
       last += (v.sizes[k] - 1) * v.strides[k];
     }
   }
-  if (last >= n) return TPU_NO_VALUE;
+  if (last >= n) return false;
   small_sort(dims, m, [&](int x, int y) { return v.strides[x] > v.strides[y]; });
   // nested strides: each divides the one before, and a dim fits inside its parent's step
   for (int i = 0; i + 1 < m; i++) {
     int64_t outer = v.strides[dims[i]], inner = v.strides[dims[i + 1]];
-    if (outer % inner || v.sizes[dims[i + 1]] > outer / inner) return TPU_NO_VALUE;
+    if (outer % inner || v.sizes[dims[i + 1]] > outer / inner) return false;
   }
+  w->d = d;
+  w->m = m;
+  return true;
+}
+
+// |b|'s dims in memory order (decreasing stride; size-1 dims first) as |dense| with
+// row-major strides, and perm[i] = the dim of |b| at position i: true if that layout is
+// dense, i.e. |b| is a permuted contiguous tensor (a transpose, or LAPACK's column-major
+// matrices).
+bool memory_order(const Geo &b, Geo *dense, int64_t perm[TPU_MAX_RANK]) {
+  int order[TPU_MAX_RANK];
+  for (int k = 0; k < b.rank; k++) order[k] = k;
+  auto key = [&](int k) { return b.sizes[k] == 1 ? INT64_MAX : b.strides[k]; };
+  small_sort(order, b.rank, [&](int x, int y) { return key(x) > key(y); });
+  *dense = b;
+  int64_t stride = 1;
+  for (int i = b.rank - 1; i >= 0; i--) {
+    perm[i] = order[i];
+    dense->sizes[i] = b.sizes[order[i]];
+    if (dense->sizes[i] != 1 && b.strides[order[i]] != stride) return false;
+    dense->strides[i] = stride;
+    stride *= dense->sizes[i];
+  }
+  return true;
+}
+
+}  // namespace
+
+tpu_value_t view_of(tpu_graph_t *g, tpu_value_t base, const Geo &b, const Geo &v) {
+  Walk w;
+  if (!tpu_ir_strides_dense(b)) {  // written permuted: read it back in memory order first
+    Geo dense;
+    int64_t perm[TPU_MAX_RANK];
+    if (!memory_order(b, &dense, perm) || !plan_walk(dense, v, &w)) return TPU_NO_VALUE;
+    return view_of(g, tpu_graph_transpose(g, base, perm), dense, v);
+  }
+  if (!plan_walk(b, v, &w)) return TPU_NO_VALUE;
+  const int64_t d = w.d, n = numel_of(b);
+  const int *dims = w.dims;
+  const int m = w.m;
   // 1. the base as a flat array from v's first element, padded to a whole number of rows
   tpu_shape_t flat{};
   flat.rank = 1;

@@ -1,0 +1,293 @@
+/* linalg.c: tpu_kernel_cholesky and tpu_kernel_triangular_solve (StableHLO's cholesky and
+ * triangular_solve) on batches of matrices [..., n, n].
+ *
+ * Per matrix, the operands are loaded into an f64 workspace (any float dtype, any strides,
+ * so the output may be the input's own buffer), factored or solved there with f64
+ * multiply-adds, and stored rounded to the output dtype: f32 results are the f64 answer
+ * rounded once, at least as accurate as LAPACK's f32 routines. Matrices run in parallel.
+ *
+ *   cholesky          unblocked left-looking (Cholesky-Crout) on the chosen triangle:
+ *                     L[j][j] = sqrt(a[j][j] - sum_k L[j][k]^2),
+ *                     L[i][j] = (a[i][j] - sum_k L[i][k] L[j][k]) / L[j][j]; the other
+ *                     triangle is written 0. A pivot that is not > 0 (or NaN) stops the
+ *                     factorization as LAPACK's potrf does: that column and the trailing
+ *                     block right of and below it become NaN, which is how a caller sees
+ *                     which leading minor failed (PyTorch's info).
+ *   triangular_solve  substitution, one right-hand side at a time: x op(a) = b is solved as
+ *                     op(a)^T x^T = b^T by swapping the row and column strides of b and x,
+ *                     and op(a) as a's element (i, j) or (j, i), lower flipped by transpose.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "vtpu/kernels/strided.h"
+
+/* A batch of matrices: per batch index the element offset of each buffer's [.., 0, 0]. */
+typedef struct matrices {
+  tpu_loop_t batch; /* buffers: 0 = a, 1 = b (solve only), 2 = out */
+  int64_t n, k;     /* a is n x n; b and out n x k as seen by the solve */
+  int64_t a_row, a_col, b_row, b_col, o_row, o_col; /* element strides */
+  bool failed;
+} matrices_t;
+
+static void batch_of(matrices_t *m, const tpu_buf_t *a, const tpu_buf_t *b,
+                     const tpu_buf_t *out) {
+  int r = a->rank;
+  m->batch.nbufs = 3;
+  m->batch.rank = r - 2;
+  for (int d = 0; d < r - 2; d++) {
+    m->batch.dims[d] = a->dims[d];
+    m->batch.strides[0][d] = a->strides[d];
+    m->batch.strides[1][d] = b ? b->strides[d] : 0;
+    m->batch.strides[2][d] = out->strides[d];
+  }
+  tpu_loop_simplify(&m->batch);
+}
+
+/* Parallel-for grain: matrices per chunk for about 64K multiply-adds, from |per| matrix. */
+static int64_t grain_for(int64_t x, int64_t y, int64_t z) {
+  int64_t per;
+  if (__builtin_mul_overflow(x, y, &per) || __builtin_mul_overflow(per, z, &per)) return 1;
+  return per >= 65536 ? 1 : 65536 / (per + 1);
+}
+
+static int64_t batch_count(const tpu_buf_t *a) {
+  int64_t n = 1;
+  for (int d = 0; d < a->rank - 2; d++) n *= a->dims[d];
+  return n;
+}
+
+/* ---- cholesky ------------------------------------------------------------------------------ */
+
+typedef struct cholesky_job {
+  matrices_t m;
+  const tpu_buf_t *a, *out;
+  bool lower;
+  atomic_bool oom;
+} cholesky_job_t;
+
+/* Factors the n x n lower triangle of |w| (row-major) in place; the upper triangle is
+ * ignored. Returns the first failed pivot, or n. */
+static int64_t factor_lower(double *w, int64_t n) {
+  for (int64_t j = 0; j < n; j++) {
+    double *wj = w + j * n;
+    double d = wj[j];
+    for (int64_t k = 0; k < j; k++) d -= wj[k] * wj[k];
+    if (!(d > 0)) return j;
+    d = sqrt(d);
+    wj[j] = d;
+    for (int64_t i = j + 1; i < n; i++) {
+      double *wi = w + i * n;
+      double s = wi[j];
+      for (int64_t k = 0; k < j; k++) s -= wi[k] * wj[k];
+      wi[j] = s / d;
+    }
+  }
+  return n;
+}
+
+static void cholesky_task(void *ctx, int64_t begin, int64_t end) {
+  cholesky_job_t *j = ctx;
+  const matrices_t *m = &j->m;
+  int64_t n = m->n;
+  double *w = malloc((size_t)(n * n) * sizeof *w);
+  if (!w) {
+    atomic_store(&j->oom, true);
+    return;
+  }
+  /* the chosen triangle of a as a lower triangle: upper reads a[j][i] into w[i][j] */
+  int64_t rs = j->lower ? m->a_row : m->a_col, cs = j->lower ? m->a_col : m->a_row;
+  int64_t ors = j->lower ? m->o_row : m->o_col, ocs = j->lower ? m->o_col : m->o_row;
+  tpu_loop_pos_t pos;
+  tpu_loop_seek(&m->batch, m->batch.rank, begin, &pos);
+  for (int64_t b = begin; b < end; b++) {
+    for (int64_t r = 0; r < n; r++) {
+      for (int64_t c = 0; c <= r; c++) {
+        w[r * n + c] = tpu_load_f64(j->a->data, j->a->dtype, pos.off[0] + r * rs + c * cs);
+      }
+    }
+    int64_t failed = factor_lower(w, n);
+    for (int64_t r = 0; r < n; r++) {
+      for (int64_t c = 0; c < n; c++) {
+        double v = c > r ? 0.0 : (c >= failed ? NAN : w[r * n + c]);
+        tpu_store_f64(j->out->data, j->out->dtype, pos.off[2] + r * ors + c * ocs, v);
+      }
+    }
+    tpu_loop_step(&m->batch, m->batch.rank, &pos);
+  }
+  free(w);
+}
+
+/* a and out: float, rank >= 2, square, same dims; n * n doubles must fit a size_t. */
+static tpu_status_t check_square(const char *k, const tpu_buf_t *a, const char *what) {
+  int64_t na;
+  TPU_RETURN_IF_ERROR(tpu_buf_check(a, k, what, &na));
+  if (!tpu_dtype_is_float(a->dtype)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: %s is %s, expected a float dtype", k,
+                          what, tpu_dtype_name(a->dtype));
+  }
+  if (a->rank < 2 || a->dims[a->rank - 1] != a->dims[a->rank - 2]) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: %s must be square matrices", k, what);
+  }
+  int64_t n = a->dims[a->rank - 1], bytes;
+  if (__builtin_mul_overflow(n, n, &bytes) || __builtin_mul_overflow(bytes, 16, &bytes) ||
+      (uint64_t)bytes > SIZE_MAX) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: %s matrices of %lld x %lld are too "
+                          "large", k, what, (long long)n, (long long)n);
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t check_same_dims(const char *k, const tpu_buf_t *x, const tpu_buf_t *o) {
+  if (o->rank != x->rank || o->dtype != x->dtype) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: out must have the operand's rank and "
+                          "dtype", k);
+  }
+  for (int d = 0; d < x->rank; d++) {
+    if (o->dims[d] != x->dims[d]) {
+      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: out dim %d is %lld, expected %lld", k,
+                            d, (long long)o->dims[d], (long long)x->dims[d]);
+    }
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_kernel_cholesky(bool lower, const tpu_buf_t *a, const tpu_buf_t *out,
+                                 tpu_pool_t *pool) {
+  static const char *K = "cholesky";
+  int64_t no;
+  TPU_RETURN_IF_ERROR(check_square(K, a, "a"));
+  TPU_RETURN_IF_ERROR(tpu_buf_check(out, K, "out", &no));
+  TPU_RETURN_IF_ERROR(check_same_dims(K, a, out));
+  if (no == 0) return TPU_OK;
+  int r = a->rank;
+  cholesky_job_t j = {.a = a, .out = out, .lower = lower};
+  atomic_init(&j.oom, false);
+  j.m.n = a->dims[r - 1];
+  j.m.a_row = a->strides[r - 2], j.m.a_col = a->strides[r - 1];
+  j.m.o_row = out->strides[r - 2], j.m.o_col = out->strides[r - 1];
+  batch_of(&j.m, a, NULL, out);
+  tpu_pool_parallel_for(pool, batch_count(a), grain_for(j.m.n, j.m.n, j.m.n / 3 + 1),
+                        cholesky_task, &j);
+  if (atomic_load(&j.oom)) {
+    return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s: out of host memory for a %lld x %lld "
+                          "workspace", K, (long long)j.m.n, (long long)j.m.n);
+  }
+  return TPU_OK;
+}
+
+/* ---- triangular_solve ---------------------------------------------------------------------- */
+
+typedef struct solve_job {
+  matrices_t m;
+  const tpu_buf_t *a, *b, *out;
+  bool lower, unit; /* of the matrix solved with, after the transpose */
+  atomic_bool oom;
+} solve_job_t;
+
+/* Solves t x = w in place for the k columns of |w| (n x k, row-major), t (n x n,
+ * row-major) lower or upper triangular. */
+static void substitute(const double *t, double *w, int64_t n, int64_t k, bool lower, bool unit) {
+  for (int64_t s = 0; s < n; s++) {
+    int64_t i = lower ? s : n - 1 - s;
+    double *wi = w + i * k;
+    const double *ti = t + i * n;
+    int64_t lo = lower ? 0 : i + 1, hi = lower ? i : n;
+    for (int64_t p = lo; p < hi; p++) {
+      const double *wp = w + p * k;
+      double f = ti[p];
+      for (int64_t c = 0; c < k; c++) wi[c] -= f * wp[c];
+    }
+    if (!unit) {
+      double d = ti[i];
+      for (int64_t c = 0; c < k; c++) wi[c] /= d;
+    }
+  }
+}
+
+static void solve_task(void *ctx, int64_t begin, int64_t end) {
+  solve_job_t *j = ctx;
+  const matrices_t *m = &j->m;
+  int64_t n = m->n, k = m->k;
+  double *t = malloc((size_t)(n * n + n * k) * sizeof *t);
+  if (!t) {
+    atomic_store(&j->oom, true);
+    return;
+  }
+  double *w = t + n * n;
+  tpu_loop_pos_t pos;
+  tpu_loop_seek(&m->batch, m->batch.rank, begin, &pos);
+  for (int64_t b = begin; b < end; b++) {
+    for (int64_t r = 0; r < n; r++) {
+      for (int64_t c = 0; c < n; c++) {
+        bool used = j->lower ? c <= r : c >= r;
+        t[r * n + c] =
+            used ? tpu_load_f64(j->a->data, j->a->dtype, pos.off[0] + r * m->a_row + c * m->a_col)
+                 : 0.0;
+      }
+      for (int64_t c = 0; c < k; c++) {
+        w[r * k + c] = tpu_load_f64(j->b->data, j->b->dtype, pos.off[1] + r * m->b_row + c * m->b_col);
+      }
+    }
+    substitute(t, w, n, k, j->lower, j->unit);
+    for (int64_t r = 0; r < n; r++) {
+      for (int64_t c = 0; c < k; c++) {
+        tpu_store_f64(j->out->data, j->out->dtype, pos.off[2] + r * m->o_row + c * m->o_col,
+                      w[r * k + c]);
+      }
+    }
+    tpu_loop_step(&m->batch, m->batch.rank, &pos);
+  }
+  free(t);
+}
+
+tpu_status_t tpu_kernel_triangular_solve(const tpu_triangular_solve_attrs_t *attrs,
+                                         const tpu_buf_t *a, const tpu_buf_t *b,
+                                         const tpu_buf_t *out, tpu_pool_t *pool) {
+  static const char *K = "triangular_solve";
+  if (!attrs) return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: attrs is NULL", K);
+  int64_t nb, no;
+  TPU_RETURN_IF_ERROR(check_square(K, a, "a"));
+  TPU_RETURN_IF_ERROR(tpu_buf_check(b, K, "b", &nb));
+  TPU_RETURN_IF_ERROR(tpu_buf_check(out, K, "out", &no));
+  TPU_RETURN_IF_ERROR(check_same_dims(K, b, out));
+  int r = a->rank;
+  int64_t n = a->dims[r - 1];
+  if (b->rank != r || b->dtype != a->dtype ||
+      b->dims[attrs->left_side ? r - 2 : r - 1] != n) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: b does not match a (%s, rank %d, "
+                          "%lld x %lld matrices)", K, tpu_dtype_name(a->dtype), r, (long long)n,
+                          (long long)n);
+  }
+  for (int d = 0; d < r - 2; d++) {
+    if (b->dims[d] != a->dims[d]) {
+      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: batch dim %d of b is %lld, a has "
+                            "%lld", K, d, (long long)b->dims[d], (long long)a->dims[d]);
+    }
+  }
+  if (no == 0) return TPU_OK;
+  solve_job_t j = {.a = a, .b = b, .out = out, .unit = attrs->unit_diagonal};
+  atomic_init(&j.oom, false);
+  matrices_t *m = &j.m;
+  m->n = n;
+  /* the matrix solved with on the left: op(a) (left side) or op(a)^T (right side) */
+  bool transposed = attrs->transpose_a != !attrs->left_side;
+  m->a_row = a->strides[transposed ? r - 1 : r - 2];
+  m->a_col = a->strides[transposed ? r - 2 : r - 1];
+  j.lower = attrs->lower != transposed;
+  int rows = attrs->left_side ? r - 2 : r - 1, cols = attrs->left_side ? r - 1 : r - 2;
+  m->k = b->dims[cols];
+  m->b_row = b->strides[rows], m->b_col = b->strides[cols];
+  m->o_row = out->strides[rows], m->o_col = out->strides[cols];
+  int64_t ws;
+  if (__builtin_mul_overflow(n, m->k, &ws) || __builtin_mul_overflow(ws, 8, &ws)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: b is too large", K);
+  }
+  batch_of(m, a, b, out);
+  tpu_pool_parallel_for(pool, batch_count(a), grain_for(n, n, m->k), solve_task, &j);
+  if (atomic_load(&j.oom)) {
+    return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s: out of host memory for the workspace", K);
+  }
+  return TPU_OK;
+}

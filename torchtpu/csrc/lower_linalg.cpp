@@ -1,0 +1,152 @@
+// lower_linalg.cpp: lowerings of the Cholesky family onto the IR's CHOLESKY and
+// TRIANGULAR_SOLVE (StableHLO's cholesky and triangular_solve; kernels in linalg.c):
+//   linalg_cholesky_ex       L (the other triangle masked to 0, which StableHLO leaves
+//                            undefined) and info: 0, or the order of the first leading
+//                            minor that is not positive definite (the kernel writes NaN
+//                            from that pivot on). torch.linalg.cholesky reads info in
+//                            _linalg_check_errors, one synchronizing read as on CUDA.
+//                            check_errors=True takes the CPU fallback, which raises.
+//   linalg_solve_triangular  A X = B or X A = B, batch dims broadcast
+//   triangular_solve         op(A) X = B (the legacy API), with A's broadcast copy
+//   _cholesky_solve_helper   A X = B from A's factor: two triangular solves
+//   cholesky_inverse         A^-1 from A's factor: the same with B = I
+// Only f32 and f64 lower (the CPU kernels reject bf16/f16; those calls take the fallback,
+// which gives the CPU's error). Their backward formulas use these same ops and matmuls.
+#include <ATen/core/Tensor.h>
+
+#include "lower_ew.h"
+
+namespace torchtpu {
+namespace {
+
+tpu_dtype_t linalg_dtype(const LowerCtx &ctx, size_t arg, const char *op) {
+  tpu_dtype_t dt = dtype_of(ctx.g, ctx.v(arg));
+  if (dt != TPU_F32 && dt != TPU_F64) throw Unsupported(std::string(op) + " of a non-f32/f64 tensor");
+  return dt;
+}
+
+// |shape| with its last two dims replaced by |rows| x |cols|.
+tpu_shape_t with_matrix(tpu_shape_t shape, int64_t rows, int64_t cols) {
+  shape.dims[shape.rank - 2] = rows;
+  shape.dims[shape.rank - 1] = cols;
+  return shape;
+}
+
+// True where the element lies in the lower (or upper) triangle, diagonal included.
+tpu_value_t in_triangle(tpu_graph_t *g, const tpu_shape_t &s, bool lower) {
+  tpu_value_t row = tpu_graph_iota(g, TPU_I64, &s, s.rank - 2);
+  tpu_value_t col = tpu_graph_iota(g, TPU_I64, &s, s.rank - 1);
+  return tpu_graph_compare(g, lower ? TPU_CMP_GE : TPU_CMP_LE, row, col);
+}
+
+tpu_value_t solve(tpu_graph_t *g, tpu_value_t a, tpu_value_t b, bool left, bool lower,
+                  bool unit, bool transpose) {
+  tpu_triangular_solve_attrs_t attrs = {left, lower, unit, transpose};
+  return tpu_graph_triangular_solve(g, a, b, &attrs);
+}
+
+// linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info)
+void cholesky_ex(LowerCtx &ctx) {
+  if (ctx.arg(2).toBool()) throw Unsupported("linalg_cholesky_ex(check_errors=True)");
+  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg_cholesky_ex");
+  const bool lower = !ctx.arg(1).toBool();
+  tpu_graph_t *g = ctx.g;
+  tpu_value_t a = ctx.v(0);
+  tpu_shape_t s = shape_of(g, a);
+  const int64_t n = s.dims[s.rank - 1];
+  tpu_value_t l = tpu_graph_select(g, in_triangle(g, s, lower), tpu_graph_cholesky(g, a, lower),
+                                   full(g, dt, s, 0));
+  // info: 1 + the first NaN pivot (the diagonal: every (n+1)-th element of a matrix), or 0
+  tpu_shape_t info_shape = ctx.out_shape(1);
+  tpu_value_t info;
+  if (n == 0) {
+    info = full(g, TPU_I32, info_shape, 0);
+  } else {
+    tpu_shape_t flat = s, diag_shape = s;
+    flat.rank = diag_shape.rank = s.rank - 1;
+    flat.dims[flat.rank - 1] = n * n;
+    diag_shape.dims[diag_shape.rank - 1] = n;
+    int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
+    for (int d = 0; d < flat.rank; d++) {
+      limit[d] = flat.dims[d];
+      stride[d] = 1;
+    }
+    stride[flat.rank - 1] = n + 1;
+    tpu_value_t diag = tpu_graph_slice(g, tpu_graph_reshape(g, l, &flat), start, limit, stride);
+    Ew I{g, TPU_I32, diag_shape};
+    tpu_value_t pivot = tpu_graph_iota(g, TPU_I32, &diag_shape, diag_shape.rank - 1);
+    tpu_value_t failed = I.sel(tpu_graph_compare(g, TPU_CMP_NE, diag, diag), pivot, I.k(n));
+    bool dims[TPU_MAX_RANK] = {false};
+    dims[diag_shape.rank - 1] = true;
+    tpu_value_t first = tpu_graph_reduce(g, TPU_REDUCE_MIN, failed, dims);
+    Ew R{g, TPU_I32, info_shape};
+    info = R.sel(R.cmp(TPU_CMP_EQ, first, R.k(n)), R.k(0), R.add(first, R.k(1)));
+  }
+  ctx.results = {l, info};
+}
+
+// linalg_solve_triangular(self, B, *, upper, left, unitriangular)
+void solve_triangular(LowerCtx &ctx) {
+  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg_solve_triangular");
+  tpu_shape_t out = ctx.out_shape();
+  if (ctx.out_dtype() != dt || dtype_of(ctx.g, ctx.v(1)) != dt) {
+    throw Unsupported("linalg_solve_triangular with mixed dtypes");
+  }
+  const bool left = ctx.arg(3).toBool();
+  const int64_t n = out.dims[out.rank - (left ? 2 : 1)];
+  tpu_value_t a = broadcast_to(ctx.g, ctx.v(0), with_matrix(out, n, n));
+  tpu_value_t b = broadcast_to(ctx.g, ctx.v(1), out);
+  ctx.results = {solve(ctx.g, a, b, left, !ctx.arg(2).toBool(), ctx.arg(4).toBool(), false)};
+}
+
+// triangular_solve(self (B), A, upper, transpose, unitriangular) -> (X, A broadcast)
+void triangular_solve(LowerCtx &ctx) {
+  tpu_dtype_t dt = linalg_dtype(ctx, 1, "triangular_solve");
+  if (dtype_of(ctx.g, ctx.v(0)) != dt) throw Unsupported("triangular_solve with mixed dtypes");
+  tpu_value_t a = broadcast_to(ctx.g, ctx.v(1), ctx.out_shape(1));
+  tpu_value_t b = broadcast_to(ctx.g, ctx.v(0), ctx.out_shape(0));
+  ctx.results = {solve(ctx.g, a, b, true, !ctx.arg(2).toBool(), ctx.arg(4).toBool(),
+                       ctx.arg(3).toBool()),
+                 a};
+}
+
+// A^-1 b for A = L L^T (|upper|: U^T U) given its factor |f|: L y = b, then L^T x = y.
+tpu_value_t solve_with_factor(tpu_graph_t *g, tpu_value_t f, tpu_value_t b, bool upper) {
+  tpu_value_t y = solve(g, f, b, true, !upper, false, upper);
+  return solve(g, f, y, true, !upper, false, !upper);
+}
+
+// _cholesky_solve_helper(self (B), A (the factor), upper): batch dims already broadcast
+void cholesky_solve_helper(LowerCtx &ctx) {
+  tpu_dtype_t dt = linalg_dtype(ctx, 1, "cholesky_solve");
+  if (dtype_of(ctx.g, ctx.v(0)) != dt) throw Unsupported("cholesky_solve with mixed dtypes");
+  ctx.results = {solve_with_factor(ctx.g, ctx.v(1), ctx.v(0), ctx.arg(2).toBool())};
+}
+
+// cholesky_inverse(self (the factor), upper)
+void cholesky_inverse(LowerCtx &ctx) {
+  tpu_dtype_t dt = linalg_dtype(ctx, 0, "cholesky_inverse");
+  tpu_graph_t *g = ctx.g;
+  tpu_shape_t s = shape_of(g, ctx.v(0));
+  if (s.rank < 2) throw Unsupported("cholesky_inverse of a non-matrix");
+  tpu_value_t eye = tpu_graph_convert(
+      g, tpu_graph_compare(g, TPU_CMP_EQ, tpu_graph_iota(g, TPU_I64, &s, s.rank - 2),
+                           tpu_graph_iota(g, TPU_I64, &s, s.rank - 1)),
+      dt);
+  ctx.results = {solve_with_factor(g, ctx.v(0), eye, ctx.arg(1).toBool())};
+}
+
+LoweringRegistrar registrar({
+    {"linalg_cholesky_ex", cholesky_ex},
+    {"linalg_cholesky_ex.L", cholesky_ex},
+    {"linalg_solve_triangular", solve_triangular},
+    {"linalg_solve_triangular.out", solve_triangular},
+    {"triangular_solve", triangular_solve},
+    {"triangular_solve.X", triangular_solve},
+    {"_cholesky_solve_helper", cholesky_solve_helper},
+    {"cholesky_inverse", cholesky_inverse},
+    {"cholesky_inverse.out", cholesky_inverse},
+});
+
+}  // namespace
+}  // namespace torchtpu
