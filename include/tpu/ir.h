@@ -215,6 +215,14 @@ typedef struct tpu_triangular_solve_attrs {
   bool left_side, lower, unit_diagonal, transpose_a;
 } tpu_triangular_solve_attrs_t;
 
+/* LU (packed factors: L below the diagonal with its unit diagonal implied, U on and above)
+ * and LU_PIVOTS (i32 [..., n]: row j was swapped with row pivots[j] - 1, LAPACK's getrf) of
+ * a [..., n, n] with partial pivoting: the first row of largest magnitude in the column.
+ * A zero pivot is left in place without scaling (U has a zero on its diagonal there).
+ * LU_PIVOTS_TO_PERMUTATION: pivots i32 [..., k] -> perm i32 [..., size] with
+ * (P a)[i] = a[perm[i]], the swaps applied in order to 0 .. size-1. */
+typedef struct tpu_lu_permutation_attrs { int64_t size; } tpu_lu_permutation_attrs_t;
+
 typedef union tpu_attrs {
   tpu_param_attrs_t param;
   tpu_constant_attrs_t constant;
@@ -238,6 +246,7 @@ typedef union tpu_attrs {
   tpu_sort_attrs_t sort;
   tpu_cholesky_attrs_t cholesky;
   tpu_triangular_solve_attrs_t triangular_solve;
+  tpu_lu_permutation_attrs_t lu_permutation;
 } tpu_attrs_t;
 
 typedef struct tpu_node {
@@ -361,6 +370,9 @@ tpu_value_t tpu_graph_argsort(tpu_graph_t *g, tpu_value_t x, const tpu_sort_attr
 tpu_value_t tpu_graph_cholesky(tpu_graph_t *g, tpu_value_t a, bool lower);
 tpu_value_t tpu_graph_triangular_solve(tpu_graph_t *g, tpu_value_t a, tpu_value_t b,
                                        const tpu_triangular_solve_attrs_t *attrs);
+tpu_value_t tpu_graph_lu(tpu_graph_t *g, tpu_value_t a);
+tpu_value_t tpu_graph_lu_pivots(tpu_graph_t *g, tpu_value_t a);
+tpu_value_t tpu_graph_lu_pivots_to_permutation(tpu_graph_t *g, tpu_value_t pivots, int64_t size);
 
 /* Copies every node of |src| (a well-typed graph: built by the builders, or deserialized)
  * except its parameters into |dst|, with its type in |src| (which the shape rules would

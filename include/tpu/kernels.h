@@ -129,6 +129,14 @@ tpu_status_t tpu_kernel_cholesky(bool lower, const tpu_buf_t *a, const tpu_buf_t
 tpu_status_t tpu_kernel_triangular_solve(const tpu_triangular_solve_attrs_t *attrs,
                                          const tpu_buf_t *a, const tpu_buf_t *b,
                                          const tpu_buf_t *out, tpu_pool_t *pool);
+/* out_lu (a's dtype) and out_pivots (i32 [..., n]) of a [..., n, n] (the IR's LU and
+ * LU_PIVOTS, described in ir.h); either may be NULL. */
+tpu_status_t tpu_kernel_lu(const tpu_buf_t *a, const tpu_buf_t *out_lu,
+                           const tpu_buf_t *out_pivots, tpu_pool_t *pool);
+/* perm (i32 [..., size]) from pivots (i32 [..., k], 1-based); a pivot outside 1..size gives
+ * TPU_ERR_OUT_OF_RANGE. */
+tpu_status_t tpu_kernel_lu_pivots_to_permutation(const tpu_buf_t *pivots, const tpu_buf_t *perm,
+                                                 tpu_pool_t *pool);
 
 /* ---- naive references (same contracts, single-threaded, obvious loops) ---------------- */
 

@@ -194,6 +194,12 @@ static tpu_status_t run_node(const step_t *s, tpu_buf_t *in, const tpu_buf_t *ou
       return tpu_kernel_cholesky(a->cholesky.lower, &in[0], out, pool);
     case TPU_OP_TRIANGULAR_SOLVE:
       return tpu_kernel_triangular_solve(&a->triangular_solve, &in[0], &in[1], out, pool);
+    case TPU_OP_LU:
+      return tpu_kernel_lu(&in[0], out, NULL, pool);
+    case TPU_OP_LU_PIVOTS:
+      return tpu_kernel_lu(&in[0], NULL, out, pool);
+    case TPU_OP_LU_PIVOTS_TO_PERMUTATION:
+      return tpu_kernel_lu_pivots_to_permutation(&in[0], out, pool);
     default:
       break;
   }

@@ -37,6 +37,7 @@ static size_t attrs_size(tpu_op_t op) {
     case TPU_OP_ARGSORT: return sizeof a->sort;
     case TPU_OP_CHOLESKY: return sizeof a->cholesky;
     case TPU_OP_TRIANGULAR_SOLVE: return sizeof a->triangular_solve;
+    case TPU_OP_LU_PIVOTS_TO_PERMUTATION: return sizeof a->lu_permutation;
     default: return 0;
   }
 }

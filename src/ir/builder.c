@@ -555,6 +555,27 @@ tpu_value_t tpu_graph_cholesky(tpu_graph_t *g, tpu_value_t a, bool lower) {
   return finish(g, &n, ops, 1);
 }
 
+static tpu_value_t unary_linalg(tpu_graph_t *g, tpu_op_t op, tpu_value_t a) {
+  if (!g) return TPU_NO_VALUE;
+  tpu_node_t n = node_init(op);
+  tpu_value_t ops[1] = {a};
+  return finish(g, &n, ops, 1);
+}
+
+tpu_value_t tpu_graph_lu(tpu_graph_t *g, tpu_value_t a) { return unary_linalg(g, TPU_OP_LU, a); }
+
+tpu_value_t tpu_graph_lu_pivots(tpu_graph_t *g, tpu_value_t a) {
+  return unary_linalg(g, TPU_OP_LU_PIVOTS, a);
+}
+
+tpu_value_t tpu_graph_lu_pivots_to_permutation(tpu_graph_t *g, tpu_value_t pivots, int64_t size) {
+  if (!g) return TPU_NO_VALUE;
+  tpu_node_t n = node_init(TPU_OP_LU_PIVOTS_TO_PERMUTATION);
+  n.attrs.lu_permutation.size = size;
+  tpu_value_t ops[1] = {pivots};
+  return finish(g, &n, ops, 1);
+}
+
 tpu_value_t tpu_graph_triangular_solve(tpu_graph_t *g, tpu_value_t a, tpu_value_t b,
                                        const tpu_triangular_solve_attrs_t *attrs) {
   if (!g) return TPU_NO_VALUE;

@@ -148,6 +148,8 @@ static uint64_t hash_attrs(uint64_t h, const tpu_node_t *n, int rank) {
       h = h_u64(h, a->triangular_solve.lower);
       h = h_u64(h, a->triangular_solve.unit_diagonal);
       return h_u64(h, a->triangular_solve.transpose_a);
+    case TPU_OP_LU_PIVOTS_TO_PERMUTATION:
+      return h_i64(h, a->lu_permutation.size);
     default: return h; /* elementwise ops have no attributes */
   }
 }

@@ -209,6 +209,8 @@ static void io_attrs(io_t *io, tpu_op_t op, tpu_attrs_t *a) {
       io_bool(io, &a->triangular_solve.lower);
       io_bool(io, &a->triangular_solve.unit_diagonal);
       return io_bool(io, &a->triangular_solve.transpose_a);
+    case TPU_OP_LU_PIVOTS_TO_PERMUTATION:
+      return io_i64(io, &a->lu_permutation.size);
     default: return; /* elementwise ops have no attributes */
   }
 }

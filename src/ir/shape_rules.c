@@ -1009,6 +1009,33 @@ static tpu_status_t rule_triangular_solve(rule_ctx_t *c, tpu_dtype_t *dt, tpu_sh
   return TPU_OK;
 }
 
+static tpu_status_t rule_lu(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
+  const tpu_node_t *a = arg(c, 0);
+  TPU_RETURN_IF_ERROR(square_matrices(c, a, "operand"));
+  *dt = a->dtype;
+  *sh = a->shape;
+  if (c->n->op == TPU_OP_LU_PIVOTS) {
+    *dt = TPU_I32;
+    sh->rank--;
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t rule_lu_permutation(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
+  const tpu_node_t *p = arg(c, 0);
+  int64_t size = c->n->attrs.lu_permutation.size;
+  if (p->dtype != TPU_I32) return fail(c, "pivots must be i32, got %s", tpu_dtype_name(p->dtype));
+  if (p->shape.rank < 1) return fail(c, "pivots must have rank >= 1");
+  if (size < p->shape.dims[p->shape.rank - 1]) {
+    return fail(c, "size %lld is below the %lld pivots", (long long)size,
+                (long long)p->shape.dims[p->shape.rank - 1]);
+  }
+  *dt = TPU_I32;
+  *sh = p->shape;
+  sh->dims[sh->rank - 1] = size;
+  return TPU_OK;
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------- */
 
 const char *tpu_ir_builder_name(tpu_op_t op, const tpu_attrs_t *attrs, char *buf, size_t cap) {
@@ -1092,6 +1119,9 @@ tpu_status_t tpu_ir_infer(const tpu_graph_t *g, const tpu_node_t *node, tpu_dtyp
     case TPU_OP_ARGSORT: st = rule_sort(&c, &dt, &sh); break;
     case TPU_OP_CHOLESKY: st = rule_cholesky(&c, &dt, &sh); break;
     case TPU_OP_TRIANGULAR_SOLVE: st = rule_triangular_solve(&c, &dt, &sh); break;
+    case TPU_OP_LU:
+    case TPU_OP_LU_PIVOTS: st = rule_lu(&c, &dt, &sh); break;
+    case TPU_OP_LU_PIVOTS_TO_PERMUTATION: st = rule_lu_permutation(&c, &dt, &sh); break;
     default:
       switch (tpu_op_family(node->op)) {
         case TPU_FAMILY_UNARY: st = rule_unary(&c, &dt, &sh); break;

@@ -95,14 +95,20 @@ static bool is_elementwise(tpu_op_t op) {
   return f == TPU_FAMILY_UNARY || f == TPU_FAMILY_BINARY || f == TPU_FAMILY_COMPARE;
 }
 
-/* Vector multiply-adds of a linear-algebra node: n^3 / 3 per Cholesky factor, n^2 per
- * right-hand side of a triangular solve (on the VPU: the chip has no MXU path for them). */
+/* Vector multiply-adds of a linear-algebra node: n^3 / 3 per Cholesky factor, 2 n^3 / 3
+ * per LU, n^2 per right-hand side of a triangular solve (on the VPU: unblocked, these
+ * kernels have no MXU path). */
 static double linalg_work(const tpu_graph_t *g, const tpu_node_t *node) {
   const tpu_node_t *a = tpu_graph_node(g, node->operands[0]);
   int r = a->shape.rank;
   double n = (double)a->shape.dims[r - 1], batches = numel(&a->shape) / (n * n > 0 ? n * n : 1);
-  if (node->op == TPU_OP_CHOLESKY) return batches * n * n * n / 3;
-  return numel(&node->shape) * n;
+  switch (node->op) {
+    case TPU_OP_CHOLESKY: return batches * n * n * n / 3;
+    case TPU_OP_LU:
+    case TPU_OP_LU_PIVOTS: return batches * n * n * n * 2 / 3;
+    case TPU_OP_LU_PIVOTS_TO_PERMUTATION: return numel(&node->shape);
+    default: return numel(&node->shape) * n; /* TRIANGULAR_SOLVE */
+  }
 }
 
 typedef struct mxu_work {

@@ -95,6 +95,8 @@ static tpu_graph_t *every_op_graph(void) {
   tpu_value_t m = ir_param(g, TPU_F32, SHAPE(3, 3));
   tpu_triangular_solve_attrs_t ts = {.left_side = true, .lower = true};
   tpu_graph_triangular_solve(g, tpu_graph_cholesky(g, m, true), m, &ts);
+  tpu_graph_lu(g, m);
+  tpu_graph_lu_pivots_to_permutation(g, tpu_graph_lu_pivots(g, m), 3);
   return g;
 }
 

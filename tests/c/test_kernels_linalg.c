@@ -9,7 +9,9 @@
  * the same bits. Triangular solve: all 16 combinations of left/right, lower/upper, unit
  * diagonal and transpose, checked by multiplying back with the triangle written out here
  * (the other triangle and, with unit_diagonal, the diagonal hold garbage). Bad operands give
- * TPU_ERR_INVALID_ARGUMENT naming the kernel.
+ * TPU_ERR_INVALID_ARGUMENT naming the kernel. LU: L U = A[perm] with multipliers of at most 1
+ * (partial pivoting), the same pivots with or without the factors, a zero pivot left in
+ * place, ties to the first row, pivots -> permutation and an out-of-range pivot.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -227,6 +229,89 @@ TEST(triangular_solve_all_variants) {
   }
 }
 
+/* L U == a[perm] with |L| <= 1 below the diagonal (partial pivoting), for random matrices */
+TEST(lu_factors_with_partial_pivoting) {
+  static const int64_t sizes[] = {1, 4, 9};
+  for (int dt = 0; dt < 2; dt++) {
+    tpu_dtype_t dtype = dt ? TPU_F32 : TPU_F64;
+    double tol = dt ? 1e-5 : 1e-13;
+    for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+      int64_t n = sizes[z], batch = 3, count = batch * n * n;
+      double *ma = malloc((size_t)count * 8), *ml = malloc((size_t)count * 8);
+      int32_t *piv = malloc((size_t)(batch * n) * 4), *perm = malloc((size_t)(batch * n) * 4);
+      tpu_buf_t a = dense(ma, dtype, batch, n, n), lu = dense(ml, dtype, batch, n, n);
+      for (int64_t b = 0; b < batch; b++) {
+        for (int64_t r = 0; r < n; r++) {
+          for (int64_t c = 0; c < n; c++) set(&a, b, r, c, drand());
+        }
+      }
+      tpu_buf_t pb = {.data = piv, .dtype = TPU_I32, .rank = 2, .dims = {batch, n}, .strides = {n, 1}};
+      tpu_buf_t qb = pb;
+      qb.data = perm;
+      CHECK_OK(tpu_kernel_lu(&a, &lu, &pb, g_pool2));
+      CHECK_OK(tpu_kernel_lu_pivots_to_permutation(&pb, &qb, NULL));
+      double err = 0, biggest = 0;
+      for (int64_t b = 0; b < batch; b++) {
+        for (int64_t r = 0; r < n; r++) {
+          for (int64_t c = 0; c < n; c++) {
+            double s = 0;
+            for (int64_t k = 0; k <= (r < c ? r : c); k++) {
+              s += (k == r ? 1.0 : get(&lu, b, r, k)) * get(&lu, b, k, c);
+            }
+            double d = fabs(s - get(&a, b, perm[b * n + r], c));
+            if (d > err) err = d;
+            if (c < r && fabs(get(&lu, b, r, c)) > biggest) biggest = fabs(get(&lu, b, r, c));
+          }
+        }
+      }
+      if (err > tol) fprintf(stderr, "  lu %s n=%lld: error %g\n", tpu_dtype_name(dtype), (long long)n, err);
+      CHECK(err <= tol);
+      CHECK(biggest <= 1.0);
+      /* the pivots alone are the same */
+      int32_t *piv2 = malloc((size_t)(batch * n) * 4);
+      tpu_buf_t p2 = pb;
+      p2.data = piv2;
+      CHECK_OK(tpu_kernel_lu(&a, NULL, &p2, NULL));
+      CHECK(memcmp(piv, piv2, (size_t)(batch * n) * 4) == 0);
+      free(piv2);
+      free(ma);
+      free(ml);
+      free(piv);
+      free(perm);
+    }
+  }
+}
+
+TEST(lu_zero_pivot_and_permutations) {
+  /* column 0 is zero: no swap, no scaling, U[0][0] = 0 (getrf's info 1) */
+  double a[4] = {0, 2, 0, 3}, f[4];
+  int32_t piv[2];
+  tpu_buf_t ab = dense(a, TPU_F64, 1, 2, 2), fb = dense(f, TPU_F64, 1, 2, 2);
+  tpu_buf_t pb = {.data = piv, .dtype = TPU_I32, .rank = 2, .dims = {1, 2}, .strides = {2, 1}};
+  CHECK_OK(tpu_kernel_lu(&ab, &fb, &pb, NULL));
+  CHECK(piv[0] == 1 && piv[1] == 2);
+  CHECK(f[0] == 0 && f[1] == 2 && f[2] == 0 && f[3] == 3);
+  /* the first row of largest magnitude: rows 1 and 2 tie at |3| */
+  double t[9] = {1, 0, 0, -3, 1, 0, 3, 0, 1}, tf[9];
+  int32_t tp[3];
+  tpu_buf_t tb = dense(t, TPU_F64, 1, 3, 3), tfb = dense(tf, TPU_F64, 1, 3, 3);
+  tpu_buf_t tpb = {.data = tp, .dtype = TPU_I32, .rank = 2, .dims = {1, 3}, .strides = {3, 1}};
+  CHECK_OK(tpu_kernel_lu(&tb, &tfb, &tpb, NULL));
+  CHECK(tp[0] == 2);
+  /* pivots (1-based swaps in order) -> permutation */
+  int32_t pv[3] = {3, 3, 3}, perm[3];
+  tpu_buf_t pvb = {.data = pv, .dtype = TPU_I32, .rank = 1, .dims = {3}, .strides = {1}};
+  tpu_buf_t qb = pvb;
+  qb.data = perm;
+  CHECK_OK(tpu_kernel_lu_pivots_to_permutation(&pvb, &qb, NULL));
+  CHECK(perm[0] == 2 && perm[1] == 0 && perm[2] == 1);
+  pv[1] = 4;
+  CHECK(tpu_kernel_lu_pivots_to_permutation(&pvb, &qb, NULL) == TPU_ERR_OUT_OF_RANGE);
+  CHECK_CONTAINS(tpu_status_message(), "lu_pivots_to_permutation: pivot 4 is outside 1..3");
+  tpu_buf_t wrong = fb;
+  CHECK(tpu_kernel_lu(&ab, &fb, &wrong, NULL) == TPU_ERR_INVALID_ARGUMENT);
+}
+
 TEST(linalg_kernel_errors) {
   double m[24];
   int32_t im[4];
@@ -275,6 +360,23 @@ TEST(linalg_ir_ops) {
   CHECK(back && tpu_graph_hash(back) == tpu_graph_hash(g));
   tpu_graph_destroy(back);
   tpu_allocator_free(tpu_allocator_system(), bytes);
+  /* LU prints as custom calls (StableHLO has no LU op) */
+  tpu_graph_t *u = ir_graph();
+  tpu_value_t ua = ir_param(u, TPU_F64, SHAPE(5, 5));
+  tpu_value_t piv = tpu_graph_lu_pivots(u, ua);
+  CHECK(tpu_graph_node(u, piv)->dtype == TPU_I32 && tpu_graph_node(u, piv)->shape.rank == 1);
+  CHECK_OK(tpu_graph_output(u, tpu_graph_lu(u, ua), NULL));
+  CHECK_OK(tpu_graph_output(u, tpu_graph_lu_pivots_to_permutation(u, piv, 5), NULL));
+  char *text = NULL;
+  CHECK_OK(tpu_graph_print_stablehlo(u, "lu", tpu_allocator_system(), &text, NULL));
+  CHECK_CONTAINS(text, "\"stablehlo.custom_call\"(%arg0) <{call_target_name = \"torchtpu.lu\"}> : "
+                       "(tensor<5x5xf64>) -> tensor<5x5xf64>");
+  CHECK_CONTAINS(text, "call_target_name = \"torchtpu.lu_pivots_to_permutation\", backend_config = "
+                       "\"permutation_size=5\"}> : (tensor<5xi32>) -> tensor<5xi32>");
+  tpu_allocator_free(tpu_allocator_system(), text);
+  CHECK(tpu_graph_lu_pivots_to_permutation(u, piv, 4) == TPU_NO_VALUE);
+  CHECK_CONTAINS(tpu_graph_error_message(u), "size 4 is below the 5 pivots");
+  tpu_graph_destroy(u);
   /* shape rules */
   tpu_value_t r = ir_param(h, TPU_F32, SHAPE(3, 4));
   CHECK(tpu_graph_cholesky(h, r, true) == TPU_NO_VALUE);
@@ -302,6 +404,8 @@ int main(void) {
   RUN(cholesky_reads_one_triangle_strided_inplace_and_threads);
   RUN(cholesky_not_positive_definite);
   RUN(triangular_solve_all_variants);
+  RUN(lu_factors_with_partial_pivoting);
+  RUN(lu_zero_pivot_and_permutations);
   RUN(linalg_kernel_errors);
   RUN(linalg_ir_ops);
   tpu_pool_destroy(g_pool2);

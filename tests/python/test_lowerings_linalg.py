@@ -1,14 +1,17 @@
-"""The lowerings of torchtpu/csrc/lower_linalg.cpp: torch.linalg.cholesky / cholesky_ex,
-linalg.solve_triangular, torch.triangular_solve, cholesky_solve and cholesky_inverse run
-natively (the IR's CHOLESKY and TRIANGULAR_SOLVE), forward and backward, batched with
-broadcasting, in float32 and float64; a non positive-definite input gives the CPU's info and
-its LinAlgError; MultivariateNormal (cholesky + solve_triangular) trains like on the CPU; the
-ops work in fused and compile mode, and their StableHLO runs under XLA.
+"""The lowerings of torchtpu/csrc/lower_linalg.cpp and lower_lu.cpp: torch.linalg.cholesky /
+cholesky_ex, linalg.solve_triangular, torch.triangular_solve, cholesky_solve, cholesky_inverse,
+and the LU family (linalg.solve, inv, det, slogdet, logdet, lu_factor, lu_solve, linalg.lu,
+lu_unpack) run natively (the IR's CHOLESKY, TRIANGULAR_SOLVE, LU, LU_PIVOTS and
+LU_PIVOTS_TO_PERMUTATION), forward and backward, batched with broadcasting, in float32 and
+float64; singular or non positive-definite inputs give the CPU's info and LinAlgError;
+MultivariateNormal (cholesky + solve_triangular) trains like on the CPU; the ops work in fused
+and compile mode, and the Cholesky family's StableHLO runs under XLA.
 
 Tolerances: the kernels work in f64 and round once, so float64 agrees with LAPACK to
 rounding level (1e-10 on these well-conditioned matrices: A = M M^T + n I has a condition
-number of a few tens). float32 results differ from LAPACK's f32 arithmetic by a few ulps of
-the condition number times eps: 1e-5 (2e-4 for gradients, which chain several solves).
+number of a few tens, general() below about 3). float32 results differ from LAPACK's f32
+arithmetic by a few ulps of the condition number times eps: 1e-5 (2e-4 for gradients, which
+chain several solves).
 The backward formulas also multiply matrices, which the MXU does in bf16 passes by default:
 the tests run at HIGHEST precision (f32-exact products), as the training tests do.
 """
@@ -29,6 +32,15 @@ GRAD = {torch.float32: dict(rtol=2e-4, atol=2e-4), torch.float64: F64}
 @pytest.fixture(autouse=True)
 def _highest(highest):
     yield
+
+
+def assert_same_linalg_error(fn, x):
+    """fn(x) raises the same LinAlgError on tpu as on the CPU."""
+    with pytest.raises(torch.linalg.LinAlgError) as want:
+        fn(x)
+    with pytest.raises(torch.linalg.LinAlgError) as got:
+        fn(tpu(x))
+    assert str(got.value) == str(want.value)
 
 
 def spd(*shape, dtype=torch.float32):
@@ -66,12 +78,8 @@ def test_cholesky_ex_info_and_error_match_the_cpu():
     assert info_tpu.dtype == torch.int32 and info_tpu.device.type == "tpu"
     assert info_tpu.cpu().tolist() == info_cpu.tolist() == [0, 2, 1]
     torch.testing.assert_close(l_tpu[0].cpu(), l_cpu[0], **F64)
-    for fn in (lambda x: torch.linalg.cholesky(x), lambda x: torch.linalg.cholesky(x[1])):
-        with pytest.raises(torch.linalg.LinAlgError) as want:
-            fn(a)
-        with pytest.raises(torch.linalg.LinAlgError) as got:
-            fn(tpu(a))
-        assert str(got.value) == str(want.value)
+    assert_same_linalg_error(torch.linalg.cholesky, a)
+    assert_same_linalg_error(lambda x: torch.linalg.cholesky(x[1]), a)
     assert torch.linalg.cholesky(tpu(a[0])).isfinite().all()  # the device still works
 
 
@@ -195,3 +203,97 @@ def test_export_runs_under_xla():
     got = run_xla(prog.text, prog.arguments(a, b))
     for g, w in zip(got, fn(a, b)):
         np.testing.assert_allclose(g, w.numpy(), **F64)
+
+
+# ---- the LU family (lower_lu.cpp) -------------------------------------------------------------
+
+def general(*shape, dtype=torch.float32):
+    """Well-conditioned random matrices: the eigenvalues of randn(n, n) / sqrt(n) fill about
+    the unit disk (the circular law), so 2 I + that keeps them in |z - 2| <= ~1."""
+    n = shape[-1]
+    return torch.randn(*shape, generator=GEN, dtype=dtype) / max(n, 1) ** 0.5 + 2 * torch.eye(n, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 5), (3, 6, 6), (2, 1, 4, 4), (0, 3, 3)])
+def test_solve_inv_det_slogdet(shape, dtype):
+    a = general(*shape, dtype=dtype)
+    b = torch.randn(*shape[:-1], 2, generator=GEN, dtype=dtype)
+    tol = GRAD[dtype]
+    compare(lambda a, b: torch.linalg.solve(a, b), a, b, **tol)
+    compare(lambda a: torch.linalg.inv(a), a, **tol)
+    compare(lambda a: torch.linalg.det(a), a, **tol)
+    compare(lambda a: torch.linalg.slogdet(a), a, **tol)
+    compare(lambda a: torch.logdet(a @ a.mT), a, **tol)
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+@pytest.mark.parametrize("left", [True, False])
+def test_solve_layouts_vectors_and_broadcasting(left, contiguous):
+    """The CPU factors A^T for a contiguous A and A otherwise; the LU it returns and the
+    backward follow that choice, so both layouts are compared, with gradients."""
+    a = general(2, 1, 4, 4)
+    if not contiguous:
+        a = a.mT.contiguous().mT
+    b = torch.randn(3, 4, 2, generator=GEN)
+    if not left:
+        b = b.mT.contiguous()
+    compare(lambda a, b: torch.linalg.solve(a, b, left=left), a, b, **GRAD[torch.float32])
+    compare(lambda a: torch.linalg.det(a), a, **GRAD[torch.float32])
+    if left:
+        compare(lambda a, v: torch.linalg.solve(a, v), a[0, 0], b[0, :, 0], **GRAD[torch.float32])
+        compare(lambda a, v: torch.linalg.solve(a, v), a, b[0, :, 0], **GRAD[torch.float32])
+
+
+@pytest.mark.parametrize("adjoint", [False, True])
+@pytest.mark.parametrize("left", [True, False])
+def test_lu_factor_solve_unpack(left, adjoint):
+    a = general(3, 5, 5)
+    compare(lambda a: torch.linalg.lu_factor(a), a, **GRAD[torch.float32])
+    lu, piv = torch.linalg.lu_factor(a)
+    b = torch.randn(3, 5, 2, generator=GEN)
+    if not left:
+        b = b.mT.contiguous()
+    compare(lambda lu, b: torch.linalg.lu_solve(lu, piv.to(lu.device), b, left=left, adjoint=adjoint),
+            lu, b, **GRAD[torch.float32])
+    compare(lambda a: torch.linalg.lu(a), a, **GRAD[torch.float32])
+    compare(lambda lu: torch.lu_unpack(lu, piv.to(lu.device)), lu, **GRAD[torch.float32])
+
+
+def test_singular_matrices_match_the_cpu():
+    s = torch.tensor([[[1.0, 2.0], [2.0, 4.0]], [[2.0, 0.0], [0.0, 3.0]]], dtype=torch.float64)
+    _, _, info = torch.linalg.lu_factor_ex(s)
+    _, _, info_tpu = no_fallback(lambda: torch.linalg.lu_factor_ex(tpu(s)))
+    assert info_tpu.cpu().tolist() == info.tolist() == [2, 0]
+    assert no_fallback(lambda: torch.linalg.det(tpu(s))).cpu().tolist() == torch.linalg.det(s).tolist()
+    sign, logabs = no_fallback(lambda: torch.linalg.slogdet(tpu(s)))
+    assert sign.cpu().tolist() == [0.0, 1.0] and logabs[0].item() == float("-inf")
+    assert_same_linalg_error(torch.linalg.inv, s)
+    assert_same_linalg_error(lambda x: torch.linalg.solve(x, torch.ones_like(x[..., :1])), s)
+    assert torch.linalg.inv(tpu(s[1])).isfinite().all()  # the device still works
+
+
+def test_lu_falls_back_for_what_it_does_not_lower():
+    rect = torch.randn(3, 5, generator=GEN)
+    lu, piv = torch.linalg.lu_factor(tpu(rect))  # rectangular: the CPU path, same answer
+    want_lu, want_piv = torch.linalg.lu_factor(rect)
+    torch.testing.assert_close(lu.cpu(), want_lu)
+    assert piv.cpu().tolist() == want_piv.tolist()
+
+
+def test_lu_family_in_fused_and_compiled_modes():
+    a, b = general(2, 4, 4), torch.randn(2, 4, 3, generator=GEN)
+
+    def fn(a, b):
+        return torch.linalg.solve(a, b), torch.linalg.inv(a), torch.linalg.slogdet(a)[1]
+
+    want = fn(a, b)
+    torchtpu.set_eager_mode("fused")
+    try:
+        got = no_fallback(lambda: fn(tpu(a), tpu(b)))
+    finally:
+        torchtpu.set_eager_mode("strict")
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.cpu(), w, **F32)
+    compiled = torch.compile(lambda a, b: torch.linalg.solve_ex(a, b)[0], backend="tpu")
+    torch.testing.assert_close(no_fallback(lambda: compiled(tpu(a), tpu(b))).cpu(), want[0], **F32)

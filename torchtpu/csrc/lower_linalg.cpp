@@ -1,4 +1,4 @@
-// lower_linalg.cpp: lowerings of the Cholesky family onto the IR's CHOLESKY and
+// lower_linalg.cpp: lowerings of the Cholesky family (and the helpers of lower_linalg.h) onto the IR's CHOLESKY and
 // TRIANGULAR_SOLVE (StableHLO's cholesky and triangular_solve; kernels in linalg.c):
 //   linalg_cholesky_ex       L (the other triangle masked to 0, which StableHLO leaves
 //                            undefined) and info: 0, or the order of the first leading
@@ -14,36 +14,44 @@
 // which gives the CPU's error). Their backward formulas use these same ops and matmuls.
 #include <ATen/core/Tensor.h>
 
-#include "lower_ew.h"
+#include "lower_linalg.h"
 
 namespace torchtpu {
+
+tpu_value_t diagonal(tpu_graph_t *g, tpu_value_t m) {
+  tpu_shape_t s = shape_of(g, m), flat = s, diag = s;
+  const int64_t n = s.dims[s.rank - 1];
+  flat.rank = diag.rank = s.rank - 1;
+  flat.dims[flat.rank - 1] = n * n;
+  diag.dims[diag.rank - 1] = n;
+  if (n == 0) return full(g, dtype_of(g, m), diag, 0);
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
+  for (int d = 0; d < flat.rank; d++) {
+    limit[d] = flat.dims[d];
+    stride[d] = 1;
+  }
+  stride[flat.rank - 1] = n + 1;
+  return tpu_graph_slice(g, tpu_graph_reshape(g, m, &flat), start, limit, stride);
+}
+
+tpu_value_t first_failure_info(tpu_graph_t *g, tpu_value_t m, const tpu_shape_t &info_shape,
+                               tpu_compare_dir_t nan_or_zero) {
+  tpu_value_t d = diagonal(g, m);
+  tpu_shape_t ds = shape_of(g, d);
+  const int64_t n = ds.dims[ds.rank - 1];
+  if (n == 0) return full(g, TPU_I32, info_shape, 0);
+  tpu_value_t other = nan_or_zero == TPU_CMP_NE ? d : full(g, dtype_of(g, d), ds, 0);
+  Ew I{g, TPU_I32, ds};
+  tpu_value_t pivot = tpu_graph_iota(g, TPU_I32, &ds, ds.rank - 1);
+  tpu_value_t failed = I.sel(tpu_graph_compare(g, nan_or_zero, d, other), pivot, I.k(n));
+  bool dims[TPU_MAX_RANK] = {false};
+  dims[ds.rank - 1] = true;
+  tpu_value_t first = tpu_graph_reduce(g, TPU_REDUCE_MIN, failed, dims);
+  Ew R{g, TPU_I32, info_shape};
+  return R.sel(R.cmp(TPU_CMP_EQ, first, R.k(n)), R.k(0), R.add(first, R.k(1)));
+}
+
 namespace {
-
-tpu_dtype_t linalg_dtype(const LowerCtx &ctx, size_t arg, const char *op) {
-  tpu_dtype_t dt = dtype_of(ctx.g, ctx.v(arg));
-  if (dt != TPU_F32 && dt != TPU_F64) throw Unsupported(std::string(op) + " of a non-f32/f64 tensor");
-  return dt;
-}
-
-// |shape| with its last two dims replaced by |rows| x |cols|.
-tpu_shape_t with_matrix(tpu_shape_t shape, int64_t rows, int64_t cols) {
-  shape.dims[shape.rank - 2] = rows;
-  shape.dims[shape.rank - 1] = cols;
-  return shape;
-}
-
-// True where the element lies in the lower (or upper) triangle, diagonal included.
-tpu_value_t in_triangle(tpu_graph_t *g, const tpu_shape_t &s, bool lower) {
-  tpu_value_t row = tpu_graph_iota(g, TPU_I64, &s, s.rank - 2);
-  tpu_value_t col = tpu_graph_iota(g, TPU_I64, &s, s.rank - 1);
-  return tpu_graph_compare(g, lower ? TPU_CMP_GE : TPU_CMP_LE, row, col);
-}
-
-tpu_value_t solve(tpu_graph_t *g, tpu_value_t a, tpu_value_t b, bool left, bool lower,
-                  bool unit, bool transpose) {
-  tpu_triangular_solve_attrs_t attrs = {left, lower, unit, transpose};
-  return tpu_graph_triangular_solve(g, a, b, &attrs);
-}
 
 // linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info)
 void cholesky_ex(LowerCtx &ctx) {
@@ -53,36 +61,10 @@ void cholesky_ex(LowerCtx &ctx) {
   tpu_graph_t *g = ctx.g;
   tpu_value_t a = ctx.v(0);
   tpu_shape_t s = shape_of(g, a);
-  const int64_t n = s.dims[s.rank - 1];
-  tpu_value_t l = tpu_graph_select(g, in_triangle(g, s, lower), tpu_graph_cholesky(g, a, lower),
-                                   full(g, dt, s, 0));
-  // info: 1 + the first NaN pivot (the diagonal: every (n+1)-th element of a matrix), or 0
-  tpu_shape_t info_shape = ctx.out_shape(1);
-  tpu_value_t info;
-  if (n == 0) {
-    info = full(g, TPU_I32, info_shape, 0);
-  } else {
-    tpu_shape_t flat = s, diag_shape = s;
-    flat.rank = diag_shape.rank = s.rank - 1;
-    flat.dims[flat.rank - 1] = n * n;
-    diag_shape.dims[diag_shape.rank - 1] = n;
-    int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
-    for (int d = 0; d < flat.rank; d++) {
-      limit[d] = flat.dims[d];
-      stride[d] = 1;
-    }
-    stride[flat.rank - 1] = n + 1;
-    tpu_value_t diag = tpu_graph_slice(g, tpu_graph_reshape(g, l, &flat), start, limit, stride);
-    Ew I{g, TPU_I32, diag_shape};
-    tpu_value_t pivot = tpu_graph_iota(g, TPU_I32, &diag_shape, diag_shape.rank - 1);
-    tpu_value_t failed = I.sel(tpu_graph_compare(g, TPU_CMP_NE, diag, diag), pivot, I.k(n));
-    bool dims[TPU_MAX_RANK] = {false};
-    dims[diag_shape.rank - 1] = true;
-    tpu_value_t first = tpu_graph_reduce(g, TPU_REDUCE_MIN, failed, dims);
-    Ew R{g, TPU_I32, info_shape};
-    info = R.sel(R.cmp(TPU_CMP_EQ, first, R.k(n)), R.k(0), R.add(first, R.k(1)));
-  }
-  ctx.results = {l, info};
+  tpu_value_t kept = triangle(g, s, lower ? TPU_CMP_GE : TPU_CMP_LE);
+  tpu_value_t l = tpu_graph_select(g, kept, tpu_graph_cholesky(g, a, lower), full(g, dt, s, 0));
+  // info: 1 + the first NaN pivot (the kernel writes NaN from the failed one on), or 0
+  ctx.results = {l, first_failure_info(g, l, ctx.out_shape(1), TPU_CMP_NE)};
 }
 
 // linalg_solve_triangular(self, B, *, upper, left, unitriangular)
@@ -129,10 +111,7 @@ void cholesky_inverse(LowerCtx &ctx) {
   tpu_graph_t *g = ctx.g;
   tpu_shape_t s = shape_of(g, ctx.v(0));
   if (s.rank < 2) throw Unsupported("cholesky_inverse of a non-matrix");
-  tpu_value_t eye = tpu_graph_convert(
-      g, tpu_graph_compare(g, TPU_CMP_EQ, tpu_graph_iota(g, TPU_I64, &s, s.rank - 2),
-                           tpu_graph_iota(g, TPU_I64, &s, s.rank - 1)),
-      dt);
+  tpu_value_t eye = identity(g, dt, s);
   ctx.results = {solve_with_factor(g, ctx.v(0), eye, ctx.arg(1).toBool())};
 }
 

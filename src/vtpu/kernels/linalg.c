@@ -16,6 +16,11 @@
  *   triangular_solve  substitution, one right-hand side at a time: x op(a) = b is solved as
  *                     op(a)^T x^T = b^T by swapping the row and column strides of b and x,
  *                     and op(a) as a's element (i, j) or (j, i), lower flipped by transpose.
+ *   lu                LAPACK's getf2: per column the first row of largest magnitude is the
+ *                     pivot (swapped into place), the column below it is divided by it, and
+ *                     the trailing block takes the rank-1 update; a zero pivot is left in
+ *                     place unscaled (getrf's info then points at it).
+ *   pivots -> perm    the swaps applied in order to the identity permutation.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -23,12 +28,12 @@
 
 #include "vtpu/kernels/strided.h"
 
-/* A batch of matrices: per batch index the element offset of each buffer's [.., 0, 0]. */
+/* A batch of matrices: per batch index the element offset of each buffer's [.., 0, 0]
+ * (b and out may be NULL; LU passes its pivots as b). */
 typedef struct matrices {
   tpu_loop_t batch; /* buffers: 0 = a, 1 = b (solve only), 2 = out */
   int64_t n, k;     /* a is n x n; b and out n x k as seen by the solve */
   int64_t a_row, a_col, b_row, b_col, o_row, o_col; /* element strides */
-  bool failed;
 } matrices_t;
 
 static void batch_of(matrices_t *m, const tpu_buf_t *a, const tpu_buf_t *b,
@@ -40,7 +45,7 @@ static void batch_of(matrices_t *m, const tpu_buf_t *a, const tpu_buf_t *b,
     m->batch.dims[d] = a->dims[d];
     m->batch.strides[0][d] = a->strides[d];
     m->batch.strides[1][d] = b ? b->strides[d] : 0;
-    m->batch.strides[2][d] = out->strides[d];
+    m->batch.strides[2][d] = out ? out->strides[d] : 0;
   }
   tpu_loop_simplify(&m->batch);
 }
@@ -288,6 +293,170 @@ tpu_status_t tpu_kernel_triangular_solve(const tpu_triangular_solve_attrs_t *att
   tpu_pool_parallel_for(pool, batch_count(a), grain_for(n, n, m->k), solve_task, &j);
   if (atomic_load(&j.oom)) {
     return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s: out of host memory for the workspace", K);
+  }
+  return TPU_OK;
+}
+
+/* ---- LU with partial pivoting -------------------------------------------------------------- */
+
+typedef struct lu_job {
+  matrices_t m;
+  const tpu_buf_t *a, *lu, *piv;
+  int64_t piv_stride;
+  atomic_bool oom;
+} lu_job_t;
+
+/* Factors |w| (n x n, row-major) in place; pivots[j] = the 0-based row swapped with row j. */
+static void factor_lu(double *w, int64_t n, int64_t *pivots) {
+  for (int64_t j = 0; j < n; j++) {
+    int64_t p = j;
+    double best = fabs(w[j * n + j]);
+    for (int64_t i = j + 1; i < n; i++) {
+      double v = fabs(w[i * n + j]);
+      if (v > best) best = v, p = i;
+    }
+    pivots[j] = p;
+    double pivot = w[p * n + j];
+    if (pivot != 0.0) {
+      if (p != j) {
+        for (int64_t c = 0; c < n; c++) {
+          double t = w[j * n + c];
+          w[j * n + c] = w[p * n + c];
+          w[p * n + c] = t;
+        }
+      }
+      for (int64_t i = j + 1; i < n; i++) w[i * n + j] /= pivot;
+    }
+    for (int64_t i = j + 1; i < n; i++) {
+      double f = w[i * n + j];
+      for (int64_t c = j + 1; c < n; c++) w[i * n + c] -= f * w[j * n + c];
+    }
+  }
+}
+
+static void lu_task(void *ctx, int64_t begin, int64_t end) {
+  lu_job_t *j = ctx;
+  const matrices_t *m = &j->m;
+  int64_t n = m->n;
+  double *w = malloc((size_t)(n * n) * sizeof *w + (size_t)n * sizeof(int64_t));
+  if (!w) {
+    atomic_store(&j->oom, true);
+    return;
+  }
+  int64_t *pivots = (int64_t *)(w + n * n);
+  tpu_loop_pos_t pos;
+  tpu_loop_seek(&m->batch, m->batch.rank, begin, &pos);
+  for (int64_t b = begin; b < end; b++) {
+    for (int64_t r = 0; r < n; r++) {
+      for (int64_t c = 0; c < n; c++) {
+        w[r * n + c] = tpu_load_f64(j->a->data, j->a->dtype, pos.off[0] + r * m->a_row + c * m->a_col);
+      }
+    }
+    factor_lu(w, n, pivots);
+    if (j->lu) {
+      for (int64_t r = 0; r < n; r++) {
+        for (int64_t c = 0; c < n; c++) {
+          tpu_store_f64(j->lu->data, j->lu->dtype, pos.off[2] + r * m->o_row + c * m->o_col,
+                        w[r * n + c]);
+        }
+      }
+    }
+    if (j->piv) {
+      for (int64_t r = 0; r < n; r++) {
+        tpu_store_i64(j->piv->data, TPU_I32, pos.off[1] + r * j->piv_stride, pivots[r] + 1);
+      }
+    }
+    tpu_loop_step(&m->batch, m->batch.rank, &pos);
+  }
+  free(w);
+}
+
+/* |p|: i32 of rank |rank|, dims |dims| (the last |rank| entries compared). */
+static tpu_status_t check_i32(const char *k, const tpu_buf_t *p, const char *what, int rank,
+                              const int64_t *dims) {
+  int64_t np;
+  TPU_RETURN_IF_ERROR(tpu_buf_check(p, k, what, &np));
+  bool ok = p->dtype == TPU_I32 && p->rank == rank;
+  for (int d = 0; ok && d < rank; d++) ok = p->dims[d] == dims[d];
+  if (!ok) return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: %s must be i32 of the batch "
+                                 "dims and n", k, what);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_kernel_lu(const tpu_buf_t *a, const tpu_buf_t *out_lu,
+                           const tpu_buf_t *out_pivots, tpu_pool_t *pool) {
+  static const char *K = "lu";
+  int64_t na, nl;
+  TPU_RETURN_IF_ERROR(check_square(K, a, "a"));
+  TPU_RETURN_IF_ERROR(tpu_buf_check(a, K, "a", &na));
+  if (out_lu) {
+    TPU_RETURN_IF_ERROR(tpu_buf_check(out_lu, K, "out_lu", &nl));
+    TPU_RETURN_IF_ERROR(check_same_dims(K, a, out_lu));
+  }
+  int r = a->rank;
+  if (out_pivots) TPU_RETURN_IF_ERROR(check_i32(K, out_pivots, "out_pivots", r - 1, a->dims));
+  if (na == 0 || (!out_lu && !out_pivots)) return TPU_OK;
+  lu_job_t j = {.a = a, .lu = out_lu, .piv = out_pivots};
+  atomic_init(&j.oom, false);
+  j.m.n = a->dims[r - 1];
+  j.m.a_row = a->strides[r - 2], j.m.a_col = a->strides[r - 1];
+  if (out_lu) j.m.o_row = out_lu->strides[r - 2], j.m.o_col = out_lu->strides[r - 1];
+  j.piv_stride = out_pivots ? out_pivots->strides[r - 2] : 0;
+  batch_of(&j.m, a, out_pivots, out_lu); /* offsets: 0 = a, 1 = pivots, 2 = lu */
+  tpu_pool_parallel_for(pool, batch_count(a), grain_for(j.m.n, j.m.n, j.m.n), lu_task, &j);
+  if (atomic_load(&j.oom)) {
+    return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s: out of host memory for the workspace", K);
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_kernel_lu_pivots_to_permutation(const tpu_buf_t *pivots, const tpu_buf_t *perm,
+                                                 tpu_pool_t *pool) {
+  static const char *K = "lu_pivots_to_permutation";
+  (void)pool; /* O(n) per row: not worth a thread */
+  int64_t np, nq;
+  TPU_RETURN_IF_ERROR(tpu_buf_check(pivots, K, "pivots", &np));
+  TPU_RETURN_IF_ERROR(tpu_buf_check(perm, K, "perm", &nq));
+  int r = pivots->rank;
+  if (r < 1) return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: pivots must have rank >= 1", K);
+  if (pivots->dtype != TPU_I32 || perm->dtype != TPU_I32 || perm->rank != r ||
+      perm->dims[r - 1] < pivots->dims[r - 1]) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: pivots and perm must be i32 with "
+                          "size >= k", K);
+  }
+  for (int d = 0; d < r - 1; d++) {
+    if (perm->dims[d] != pivots->dims[d]) {
+      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: batch dim %d differs", K, d);
+    }
+  }
+  if (nq == 0) return TPU_OK;
+  int64_t k = pivots->dims[r - 1], size = perm->dims[r - 1];
+  tpu_loop_t rows = {.nbufs = 2, .rank = r - 1};
+  for (int d = 0; d < r - 1; d++) {
+    rows.dims[d] = pivots->dims[d];
+    rows.strides[0][d] = pivots->strides[d];
+    rows.strides[1][d] = perm->strides[d];
+  }
+  tpu_loop_simplify(&rows);
+  const int32_t *pv = pivots->data;
+  int32_t *out = perm->data;
+  int64_t sp = pivots->strides[r - 1], so = perm->strides[r - 1];
+  tpu_loop_pos_t pos;
+  tpu_loop_seek(&rows, rows.rank, 0, &pos);
+  for (int64_t b = 0; b < nq / size; b++) {
+    int32_t *o = out + pos.off[1];
+    for (int64_t i = 0; i < size; i++) o[i * so] = (int32_t)i;
+    for (int64_t i = 0; i < k; i++) {
+      int64_t q = (int64_t)pv[pos.off[0] + i * sp] - 1;
+      if (q < 0 || q >= size) {
+        return tpu_status_set(TPU_ERR_OUT_OF_RANGE, "%s: pivot %lld is outside 1..%lld", K,
+                              (long long)(q + 1), (long long)size);
+      }
+      int32_t t = o[i * so];
+      o[i * so] = o[q * so];
+      o[q * so] = t;
+    }
+    tpu_loop_step(&rows, rows.rank, &pos);
   }
   return TPU_OK;
 }
