@@ -34,7 +34,8 @@ def cases():
 
     def mvn_step(mean, cov, x):
         mean = mean.detach().requires_grad_()
-        loss = -torch.distributions.MultivariateNormal(mean, covariance_matrix=cov).log_prob(x).mean()
+        dist = torch.distributions.MultivariateNormal(mean, covariance_matrix=cov)
+        loss = -dist.log_prob(x).mean()
         loss.backward()
         return mean.grad
 

@@ -245,7 +245,8 @@ TEST(lu_factors_with_partial_pivoting) {
           for (int64_t c = 0; c < n; c++) set(&a, b, r, c, drand());
         }
       }
-      tpu_buf_t pb = {.data = piv, .dtype = TPU_I32, .rank = 2, .dims = {batch, n}, .strides = {n, 1}};
+      tpu_buf_t pb = {.data = piv, .dtype = TPU_I32, .rank = 2, .dims = {batch, n},
+                      .strides = {n, 1}};
       tpu_buf_t qb = pb;
       qb.data = perm;
       CHECK_OK(tpu_kernel_lu(&a, &lu, &pb, g_pool2));
@@ -264,7 +265,9 @@ TEST(lu_factors_with_partial_pivoting) {
           }
         }
       }
-      if (err > tol) fprintf(stderr, "  lu %s n=%lld: error %g\n", tpu_dtype_name(dtype), (long long)n, err);
+      if (err > tol) {
+        fprintf(stderr, "  lu %s n=%lld: error %g\n", tpu_dtype_name(dtype), (long long)n, err);
+      }
       CHECK(err <= tol);
       CHECK(biggest <= 1.0);
       /* the pivots alone are the same */

@@ -112,7 +112,8 @@ def test_solve_triangular(upper, left, unit, dtype):
 def test_solve_triangular_broadcasts_batch_dims_and_writes_out():
     a = tril_factor(2, 1, 4, 4)
     b = torch.randn(3, 4, 2, generator=GEN)
-    compare(lambda a, b: torch.linalg.solve_triangular(a, b, upper=False), a, b, **GRAD[torch.float32])
+    compare(lambda a, b: torch.linalg.solve_triangular(a, b, upper=False), a, b,
+            **GRAD[torch.float32])
     out = torch.empty(2, 3, 4, 2, device="tpu")
     no_fallback(lambda: torch.linalg.solve_triangular(tpu(a), tpu(b), upper=False, out=out))
     torch.testing.assert_close(out.cpu(), torch.linalg.solve_triangular(a, b, upper=False), **F32)
@@ -191,7 +192,8 @@ def test_fused_and_compiled_modes():
 
 def test_export_runs_under_xla():
     from test_compile import run_xla
-    a, b = spd(2, 4, 4, dtype=torch.float64), torch.randn(2, 4, 3, generator=GEN, dtype=torch.float64)
+    a = spd(2, 4, 4, dtype=torch.float64)
+    b = torch.randn(2, 4, 3, generator=GEN, dtype=torch.float64)
 
     def fn(a, b):
         l = torch.linalg.cholesky_ex(a)[0]
@@ -211,7 +213,8 @@ def general(*shape, dtype=torch.float32):
     """Well-conditioned random matrices: the eigenvalues of randn(n, n) / sqrt(n) fill about
     the unit disk (the circular law), so 2 I + that keeps them in |z - 2| <= ~1."""
     n = shape[-1]
-    return torch.randn(*shape, generator=GEN, dtype=dtype) / max(n, 1) ** 0.5 + 2 * torch.eye(n, dtype=dtype)
+    m = torch.randn(*shape, generator=GEN, dtype=dtype) / max(n, 1) ** 0.5
+    return m + 2 * torch.eye(n, dtype=dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -254,8 +257,8 @@ def test_lu_factor_solve_unpack(left, adjoint):
     b = torch.randn(3, 5, 2, generator=GEN)
     if not left:
         b = b.mT.contiguous()
-    compare(lambda lu, b: torch.linalg.lu_solve(lu, piv.to(lu.device), b, left=left, adjoint=adjoint),
-            lu, b, **GRAD[torch.float32])
+    compare(lambda lu, b: torch.linalg.lu_solve(lu, piv.to(lu.device), b, left=left,
+                                                adjoint=adjoint), lu, b, **GRAD[torch.float32])
     compare(lambda a: torch.linalg.lu(a), a, **GRAD[torch.float32])
     compare(lambda lu: torch.lu_unpack(lu, piv.to(lu.device)), lu, **GRAD[torch.float32])
 
@@ -265,7 +268,8 @@ def test_singular_matrices_match_the_cpu():
     _, _, info = torch.linalg.lu_factor_ex(s)
     _, _, info_tpu = no_fallback(lambda: torch.linalg.lu_factor_ex(tpu(s)))
     assert info_tpu.cpu().tolist() == info.tolist() == [2, 0]
-    assert no_fallback(lambda: torch.linalg.det(tpu(s))).cpu().tolist() == torch.linalg.det(s).tolist()
+    det = no_fallback(lambda: torch.linalg.det(tpu(s)))
+    assert det.cpu().tolist() == torch.linalg.det(s).tolist()
     sign, logabs = no_fallback(lambda: torch.linalg.slogdet(tpu(s)))
     assert sign.cpu().tolist() == [0.0, 1.0] and logabs[0].item() == float("-inf")
     assert_same_linalg_error(torch.linalg.inv, s)

@@ -1,5 +1,6 @@
-// lower_linalg.cpp: lowerings of the Cholesky family (and the helpers of lower_linalg.h) onto the IR's CHOLESKY and
-// TRIANGULAR_SOLVE (StableHLO's cholesky and triangular_solve; kernels in linalg.c):
+// lower_linalg.cpp: lowerings of the Cholesky family onto the IR's CHOLESKY and
+// TRIANGULAR_SOLVE (StableHLO's cholesky and triangular_solve; kernels in linalg.c); it
+// also defines lower_linalg.h's diagonal() and first_failure_info(). The ops:
 //   linalg_cholesky_ex       L (the other triangle masked to 0, which StableHLO leaves
 //                            undefined) and info: 0, or the order of the first leading
 //                            minor that is not positive definite (the kernel writes NaN

@@ -12,7 +12,9 @@ namespace torchtpu {
 // give PyTorch's errors for bf16/f16).
 inline tpu_dtype_t linalg_dtype(const LowerCtx &ctx, size_t arg, const char *op) {
   tpu_dtype_t dt = dtype_of(ctx.g, ctx.v(arg));
-  if (dt != TPU_F32 && dt != TPU_F64) throw Unsupported(std::string(op) + " of a non-f32/f64 tensor");
+  if (dt != TPU_F32 && dt != TPU_F64) {
+    throw Unsupported(std::string(op) + " of a non-f32/f64 tensor");
+  }
   return dt;
 }
 

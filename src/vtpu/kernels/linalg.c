@@ -265,7 +265,8 @@ static void solve_task(void *ctx, int64_t begin, int64_t end) {
                  : 0.0;
       }
       for (int64_t c = 0; c < k; c++) {
-        w[r * k + c] = tpu_load_f64(j->b->data, j->b->dtype, pos.off[1] + r * m->b_row + c * m->b_col);
+        int64_t at = pos.off[1] + r * m->b_row + c * m->b_col;
+        w[r * k + c] = tpu_load_f64(j->b->data, j->b->dtype, at);
       }
     }
     substitute(t, w, n, k, j->lower, j->unit);
@@ -381,7 +382,8 @@ static void lu_task(void *ctx, int64_t begin, int64_t end) {
   for (int64_t b = begin; b < end; b++) {
     for (int64_t r = 0; r < n; r++) {
       for (int64_t c = 0; c < n; c++) {
-        w[r * n + c] = tpu_load_f64(j->a->data, j->a->dtype, pos.off[0] + r * m->a_row + c * m->a_col);
+        int64_t at = pos.off[0] + r * m->a_row + c * m->a_col;
+        w[r * n + c] = tpu_load_f64(j->a->data, j->a->dtype, at);
       }
     }
     factor_lu(w, n, pivots);
