@@ -45,9 +45,7 @@ tpu_value_t first_failure_info(tpu_graph_t *g, tpu_value_t m, const tpu_shape_t 
   Ew I{g, TPU_I32, ds};
   tpu_value_t pivot = tpu_graph_iota(g, TPU_I32, &ds, ds.rank - 1);
   tpu_value_t failed = I.sel(tpu_graph_compare(g, nan_or_zero, d, other), pivot, I.k(n));
-  bool dims[TPU_MAX_RANK] = {false};
-  dims[ds.rank - 1] = true;
-  tpu_value_t first = tpu_graph_reduce(g, TPU_REDUCE_MIN, failed, dims);
+  tpu_value_t first = reduce_dims(g, TPU_REDUCE_MIN, failed, {-1}, false);
   Ew R{g, TPU_I32, info_shape};
   return R.sel(R.cmp(TPU_CMP_EQ, first, R.k(n)), R.k(0), R.add(first, R.k(1)));
 }
@@ -62,7 +60,7 @@ void cholesky_ex(LowerCtx &ctx) {
   tpu_graph_t *g = ctx.g;
   tpu_value_t a = ctx.v(0);
   tpu_shape_t s = shape_of(g, a);
-  tpu_value_t kept = triangle(g, s, lower ? TPU_CMP_GE : TPU_CMP_LE);
+  tpu_value_t kept = triangle_mask(g, s, lower ? TPU_CMP_GE : TPU_CMP_LE);
   tpu_value_t l = tpu_graph_select(g, kept, tpu_graph_cholesky(g, a, lower), full(g, dt, s, 0));
   // info: 1 + the first NaN pivot (the kernel writes NaN from the failed one on), or 0
   ctx.results = {l, first_failure_info(g, l, ctx.out_shape(1), TPU_CMP_NE)};

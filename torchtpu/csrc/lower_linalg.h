@@ -25,17 +25,9 @@ inline tpu_shape_t with_matrix(tpu_shape_t shape, int64_t rows, int64_t cols) {
   return shape;
 }
 
-// True where an element of matrices of |s| compares with the diagonal as |dir| says
-// (row GE col: the lower triangle with the diagonal, GT: strictly lower, ...).
-inline tpu_value_t triangle(tpu_graph_t *g, const tpu_shape_t &s, tpu_compare_dir_t dir) {
-  tpu_value_t row = tpu_graph_iota(g, TPU_I64, &s, s.rank - 2);
-  tpu_value_t col = tpu_graph_iota(g, TPU_I64, &s, s.rank - 1);
-  return tpu_graph_compare(g, dir, row, col);
-}
-
 // Identity matrices of |s| in |dt|.
 inline tpu_value_t identity(tpu_graph_t *g, tpu_dtype_t dt, const tpu_shape_t &s) {
-  return tpu_graph_convert(g, triangle(g, s, TPU_CMP_EQ), dt);
+  return tpu_graph_convert(g, main_diagonal(g, s), dt);
 }
 
 inline tpu_value_t solve(tpu_graph_t *g, tpu_value_t a, tpu_value_t b, bool left, bool lower,

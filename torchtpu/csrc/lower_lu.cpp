@@ -171,19 +171,11 @@ tpu_value_t pivot_sign(tpu_graph_t *g, tpu_value_t pivots, tpu_dtype_t dt) {
   Ew I{g, TPU_I32, ps};
   tpu_value_t row = I.add(tpu_graph_iota(g, TPU_I32, &ps, ps.rank - 1), I.k(1));
   tpu_value_t swapped = tpu_graph_convert(g, I.cmp(TPU_CMP_NE, pivots, row), TPU_I32);
-  bool dims[TPU_MAX_RANK] = {false};
-  dims[ps.rank - 1] = true;
-  tpu_value_t swaps = tpu_graph_reduce(g, TPU_REDUCE_SUM, swapped, dims);
+  tpu_value_t swaps = reduce_dims(g, TPU_REDUCE_SUM, swapped, {-1}, false);
   Ew B{g, TPU_I32, shape_of(g, swaps)};
   tpu_value_t odd = B.op(TPU_OP_REM, swaps, B.k(2));
   Ew F{g, dt, shape_of(g, swaps)};
   return F.sub(F.k(1), F.mul(F.k(2), tpu_graph_convert(g, odd, dt)));
-}
-
-tpu_value_t reduce_last(tpu_graph_t *g, tpu_reduce_kind_t kind, tpu_value_t x) {
-  bool dims[TPU_MAX_RANK] = {false};
-  dims[shape_of(g, x).rank - 1] = true;
-  return tpu_graph_reduce(g, kind, x, dims);
 }
 
 // _linalg_det(A) -> (det, LU, pivots)
@@ -193,7 +185,7 @@ void det(LowerCtx &ctx) {
   tpu_graph_t *g = ctx.g;
   tpu_value_t a = factored(ctx, ctx.v(0));  // det(A^T) = det(A)
   tpu_value_t lu = tpu_graph_lu(g, a), pivots = tpu_graph_lu_pivots(g, a);
-  tpu_value_t d = reduce_last(g, TPU_REDUCE_PROD, diagonal(g, lu));
+  tpu_value_t d = reduce_dims(g, TPU_REDUCE_PROD, diagonal(g, lu), {-1}, false);
   ctx.results = {tpu_graph_binary(g, TPU_OP_MUL, d, pivot_sign(g, pivots, dt)), lu, pivots};
 }
 
@@ -205,10 +197,11 @@ void slogdet(LowerCtx &ctx) {
   tpu_value_t a = factored(ctx, ctx.v(0));
   tpu_value_t lu = tpu_graph_lu(g, a), pivots = tpu_graph_lu_pivots(g, a);
   tpu_value_t d = diagonal(g, lu);
-  tpu_value_t sign = reduce_last(g, TPU_REDUCE_PROD, tpu_graph_unary(g, TPU_OP_SIGN, d));
+  tpu_value_t signs = tpu_graph_unary(g, TPU_OP_SIGN, d);
+  tpu_value_t sign = reduce_dims(g, TPU_REDUCE_PROD, signs, {-1}, false);
   sign = tpu_graph_binary(g, TPU_OP_MUL, sign, pivot_sign(g, pivots, dt));
   tpu_value_t logabs = tpu_graph_unary(g, TPU_OP_LOG, tpu_graph_unary(g, TPU_OP_ABS, d));
-  ctx.results = {sign, reduce_last(g, TPU_REDUCE_SUM, logabs), lu, pivots};
+  ctx.results = {sign, reduce_dims(g, TPU_REDUCE_SUM, logabs, {-1}, false), lu, pivots};
 }
 
 // (P, L, U) with A = P L U from A's factors |lu| and pivots; P alone or L and U alone
@@ -231,8 +224,9 @@ void unpack(LowerCtx &ctx, tpu_value_t lu, tpu_value_t pivots, bool data = true,
   }
   if (data) {
     Ew E{g, dt, s};
-    ctx.results[1] = E.add(E.sel(triangle(g, s, TPU_CMP_GT), lu, E.k(0)), identity(g, dt, s));
-    ctx.results[2] = E.sel(triangle(g, s, TPU_CMP_LE), lu, E.k(0));
+    tpu_value_t below = E.sel(triangle_mask(g, s, TPU_CMP_GT), lu, E.k(0));
+    ctx.results[1] = E.add(below, identity(g, dt, s));
+    ctx.results[2] = E.sel(triangle_mask(g, s, TPU_CMP_LE), lu, E.k(0));
   }
 }
 

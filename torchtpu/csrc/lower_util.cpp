@@ -194,9 +194,13 @@ tpu_value_t reduce_loss(tpu_graph_t *g, tpu_value_t loss, int64_t reduction) {
   return reduction == 1 ? tpu_graph_binary(g, TPU_OP_DIV, sum, full(g, dt, tpu_shape_t{}, n)) : sum;
 }
 
-tpu_value_t main_diagonal(tpu_graph_t *g, const tpu_shape_t &shape) {
-  return tpu_graph_compare(g, TPU_CMP_EQ, tpu_graph_iota(g, TPU_I64, &shape, shape.rank - 2),
+tpu_value_t triangle_mask(tpu_graph_t *g, const tpu_shape_t &shape, tpu_compare_dir_t dir) {
+  return tpu_graph_compare(g, dir, tpu_graph_iota(g, TPU_I64, &shape, shape.rank - 2),
                            tpu_graph_iota(g, TPU_I64, &shape, shape.rank - 1));
+}
+
+tpu_value_t main_diagonal(tpu_graph_t *g, const tpu_shape_t &shape) {
+  return triangle_mask(g, shape, TPU_CMP_EQ);
 }
 
 tpu_dtype_t compute_dtype(tpu_dtype_t t) {

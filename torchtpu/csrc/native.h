@@ -175,7 +175,10 @@ tpu_value_t vector_norm(tpu_graph_t *g, tpu_value_t x, tpu_dtype_t dt, double or
                         c10::IntArrayRef dims, bool keepdim);
 // A loss's reduction: 0 none, 1 mean (over all elements), 2 sum.
 tpu_value_t reduce_loss(tpu_graph_t *g, tpu_value_t loss, int64_t reduction);
-// (rows, cols) bool of |shape|'s last two dims: true on the main diagonal.
+// (rows, cols) bool of |shape|'s last two dims: true where row |dir| col holds (GE: the lower
+// triangle with the diagonal, GT: strictly lower, LE: upper, ...).
+tpu_value_t triangle_mask(tpu_graph_t *g, const tpu_shape_t &shape, tpu_compare_dir_t dir);
+// The same, true on the main diagonal (EQ).
 tpu_value_t main_diagonal(tpu_graph_t *g, const tpu_shape_t &shape);
 // Normalizes a possibly negative dim for a rank-|rank| tensor.
 int64_t wrap_dim(int64_t dim, int64_t rank);
