@@ -6,9 +6,15 @@ size their own), and compile mode traces with fake tensors, which use the same k
   accelerator) checks the device of every argument, including biases that are None when the
   LSTM has bias=False: "'NoneType' object has no attribute 'device'". `install` replaces
   the check it calls with the same checks that skip absent biases.
+* torch.geqrf has no meta kernel at all ("attempted to run this operator with Meta
+  tensors"). `install` registers one with the CPU's result layout (batches of column-major
+  matrices, LAPACK's) and its rank check; dtypes are left to the kernel that runs, as the
+  CPU's NotImplementedError names the device.
 """
 import torch
 import torch._meta_registrations as meta_registrations
+
+_library = None  # the torch.library.Library holding the meta kernels registered here
 
 
 def rnn_cell_check_sizes(input_gates, hidden_gates, input_bias, hidden_bias, factor,
@@ -35,7 +41,33 @@ def rnn_cell_check_sizes(input_gates, hidden_gates, input_bias, hidden_bias, fac
                  lambda: "expected all inputs to be same device")
 
 
+def geqrf_meta(input):
+    """torch.geqrf's results: (a, tau), a [..., m, n] in batches of column-major matrices,
+    tau [..., min(m, n)] contiguous, as the CPU returns them."""
+    torch._check(input.dim() >= 2, lambda: "torch.geqrf: input must have at least 2 dimensions.")
+    *batch, m, n = input.shape
+    a = torch.empty_strided(input.shape, _column_major_strides(input.shape), dtype=input.dtype,
+                            device=input.device)
+    return a, input.new_empty((*batch, min(m, n)))
+
+
+def _column_major_strides(shape):
+    *batch, m, n = shape
+    strides = [1, max(1, m)]
+    matrix = max(1, m) * max(1, n)
+    for size in reversed(batch):
+        strides.insert(0, matrix)
+        matrix *= max(1, size)
+    return strides
+
+
 def install() -> None:
-    """Idempotent; changes nothing if this PyTorch has no such check."""
+    """Idempotent; changes nothing if this PyTorch has no such check or has its own
+    geqrf meta kernel."""
+    global _library
     if hasattr(meta_registrations, "rnn_cell_checkSizes"):
         meta_registrations.rnn_cell_checkSizes = rnn_cell_check_sizes
+    if _library is None and not torch._C._dispatch_has_kernel_for_dispatch_key(
+            "aten::geqrf", "Meta"):
+        _library = torch.library.Library("aten", "IMPL")
+        _library.impl("geqrf", geqrf_meta, "Meta")

@@ -568,6 +568,21 @@ tpu_value_t tpu_graph_lu_pivots(tpu_graph_t *g, tpu_value_t a) {
   return unary_linalg(g, TPU_OP_LU_PIVOTS, a);
 }
 
+tpu_value_t tpu_graph_geqrf(tpu_graph_t *g, tpu_value_t a) {
+  return unary_linalg(g, TPU_OP_GEQRF, a);
+}
+
+tpu_value_t tpu_graph_geqrf_tau(tpu_graph_t *g, tpu_value_t a) {
+  return unary_linalg(g, TPU_OP_GEQRF_TAU, a);
+}
+
+tpu_value_t tpu_graph_householder_product(tpu_graph_t *g, tpu_value_t v, tpu_value_t tau) {
+  if (!g) return TPU_NO_VALUE;
+  tpu_node_t n = node_init(TPU_OP_HOUSEHOLDER_PRODUCT);
+  tpu_value_t ops[2] = {v, tau};
+  return finish(g, &n, ops, 2);
+}
+
 tpu_value_t tpu_graph_lu_pivots_to_permutation(tpu_graph_t *g, tpu_value_t pivots, int64_t size) {
   if (!g) return TPU_NO_VALUE;
   tpu_node_t n = node_init(TPU_OP_LU_PIVOTS_TO_PERMUTATION);

@@ -869,19 +869,23 @@ static void print_triangular_solve(printer_t *p, int i) {
   out(p, "\n");
 }
 
-/* LU and its pivots have no StableHLO op (XLA expands them per backend): a custom call
+/* LU, QR and their parts have no StableHLO op (XLA expands them per backend): a custom call
  * named after the IR op, which parses and verifies but needs that target to compile. */
-static void print_lu_custom_call(printer_t *p, int i) {
+static void print_linalg_custom_call(printer_t *p, int i) {
   const tpu_node_t *n = N(i);
-  const tpu_node_t *a = N(n->operands[0]);
-  out(p, "    %s = \"stablehlo.custom_call\"(%s) <{call_target_name = \"%s\"", ref(p, i),
-      ref(p, n->operands[0]), tpu_op_printed_name(n->op));
+  out(p, "    %s = \"stablehlo.custom_call\"(", ref(p, i));
+  for (int k = 0; k < n->num_operands; k++) out(p, "%s%s", k ? ", " : "", ref(p, n->operands[k]));
+  out(p, ") <{call_target_name = \"%s\"", tpu_op_printed_name(n->op));
   if (n->op == TPU_OP_LU_PIVOTS_TO_PERMUTATION) {
     out(p, ", backend_config = \"permutation_size=%lld\"",
         (long long)n->attrs.lu_permutation.size);
   }
   out(p, "}> : (");
-  out_type(p, a->dtype, &a->shape);
+  for (int k = 0; k < n->num_operands; k++) {
+    const tpu_node_t *a = N(n->operands[k]);
+    if (k) out(p, ", ");
+    out_type(p, a->dtype, &a->shape);
+  }
   out(p, ") -> ");
   out_node_type(p, i);
   out(p, "\n");
@@ -1015,7 +1019,10 @@ static void print_node(printer_t *p, int i) {
     case TPU_OP_TRIANGULAR_SOLVE: print_triangular_solve(p, i); return;
     case TPU_OP_LU:
     case TPU_OP_LU_PIVOTS:
-    case TPU_OP_LU_PIVOTS_TO_PERMUTATION: print_lu_custom_call(p, i); return;
+    case TPU_OP_LU_PIVOTS_TO_PERMUTATION:
+    case TPU_OP_GEQRF:
+    case TPU_OP_GEQRF_TAU:
+    case TPU_OP_HOUSEHOLDER_PRODUCT: print_linalg_custom_call(p, i); return;
     default: print_elementwise(p, i); return; /* UNARY and two-operand BINARY families */
   }
 }

@@ -1036,6 +1036,48 @@ static tpu_status_t rule_lu_permutation(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shap
   return TPU_OK;
 }
 
+static tpu_status_t rule_geqrf(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
+  const tpu_node_t *a = arg(c, 0);
+  TPU_RETURN_IF_ERROR(need_kind(c, a->dtype, K_FLOAT, "operand"));
+  int r = a->shape.rank;
+  if (r < 2) return fail(c, "operand must have rank >= 2, got rank %d", r);
+  *dt = a->dtype;
+  *sh = a->shape;
+  if (c->n->op == TPU_OP_GEQRF_TAU) {
+    sh->rank--;
+    if (a->shape.dims[r - 1] > a->shape.dims[r - 2]) sh->dims[r - 2] = a->shape.dims[r - 2];
+    else sh->dims[r - 2] = a->shape.dims[r - 1];
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t rule_householder_product(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
+  const tpu_node_t *v = arg(c, 0), *tau = arg(c, 1);
+  TPU_RETURN_IF_ERROR(need_kind(c, v->dtype, K_FLOAT, "v"));
+  TPU_RETURN_IF_ERROR(same_dtype(c, v, tau, "tau"));
+  int r = v->shape.rank;
+  if (r < 2) return fail(c, "v must have rank >= 2, got rank %d", r);
+  int64_t m = v->shape.dims[r - 2], n = v->shape.dims[r - 1];
+  if (m < n) return fail(c, "v must have at least as many rows as columns, got %lld x %lld",
+                         (long long)m, (long long)n);
+  if (tau->shape.rank != r - 1) {
+    return fail(c, "tau has rank %d, expected %d", tau->shape.rank, r - 1);
+  }
+  for (int d = 0; d < r - 2; d++) {
+    if (tau->shape.dims[d] != v->shape.dims[d]) {
+      return fail(c, "batch dim %d differs: v %lld, tau %lld", d, (long long)v->shape.dims[d],
+                  (long long)tau->shape.dims[d]);
+    }
+  }
+  if (tau->shape.dims[r - 2] > n) {
+    return fail(c, "tau has %lld reflectors, v only %lld columns",
+                (long long)tau->shape.dims[r - 2], (long long)n);
+  }
+  *dt = v->dtype;
+  *sh = v->shape;
+  return TPU_OK;
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------- */
 
 const char *tpu_ir_builder_name(tpu_op_t op, const tpu_attrs_t *attrs, char *buf, size_t cap) {
@@ -1122,6 +1164,9 @@ tpu_status_t tpu_ir_infer(const tpu_graph_t *g, const tpu_node_t *node, tpu_dtyp
     case TPU_OP_LU:
     case TPU_OP_LU_PIVOTS: st = rule_lu(&c, &dt, &sh); break;
     case TPU_OP_LU_PIVOTS_TO_PERMUTATION: st = rule_lu_permutation(&c, &dt, &sh); break;
+    case TPU_OP_GEQRF:
+    case TPU_OP_GEQRF_TAU: st = rule_geqrf(&c, &dt, &sh); break;
+    case TPU_OP_HOUSEHOLDER_PRODUCT: st = rule_householder_product(&c, &dt, &sh); break;
     default:
       switch (tpu_op_family(node->op)) {
         case TPU_FAMILY_UNARY: st = rule_unary(&c, &dt, &sh); break;

@@ -96,13 +96,21 @@ static bool is_elementwise(tpu_op_t op) {
 }
 
 /* Vector multiply-adds of a linear-algebra node: n^3 / 3 per Cholesky factor, 2 n^3 / 3
- * per LU, n^2 per right-hand side of a triangular solve (on the VPU: unblocked, these
- * kernels have no MXU path). */
+ * per LU, n^2 per right-hand side of a triangular solve, 2 n^2 (m - n / 3) per Householder
+ * QR of m x n (and as much for its product: LAPACK's counts); on the VPU: unblocked, these
+ * kernels have no MXU path. */
 static double linalg_work(const tpu_graph_t *g, const tpu_node_t *node) {
   const tpu_node_t *a = tpu_graph_node(g, node->operands[0]);
   int r = a->shape.rank;
-  double n = (double)a->shape.dims[r - 1], batches = numel(&a->shape) / (n * n > 0 ? n * n : 1);
+  double m = (double)a->shape.dims[r - 2], n = (double)a->shape.dims[r - 1];
+  double batches = numel(&a->shape) / (m * n > 0 ? m * n : 1);
   switch (node->op) {
+    case TPU_OP_GEQRF:
+    case TPU_OP_GEQRF_TAU:
+    case TPU_OP_HOUSEHOLDER_PRODUCT: {
+      double k = m < n ? m : n; /* QR of a wide matrix: its first m columns' work, then R's */
+      return batches * (2 * k * k * (m - k / 3) + 2 * k * m * (n - k));
+    }
     case TPU_OP_CHOLESKY: return batches * n * n * n / 3;
     case TPU_OP_LU:
     case TPU_OP_LU_PIVOTS: return batches * n * n * n * 2 / 3;

@@ -97,6 +97,7 @@ static tpu_graph_t *every_op_graph(void) {
   tpu_graph_triangular_solve(g, tpu_graph_cholesky(g, m, true), m, &ts);
   tpu_graph_lu(g, m);
   tpu_graph_lu_pivots_to_permutation(g, tpu_graph_lu_pivots(g, m), 3);
+  tpu_graph_householder_product(g, tpu_graph_geqrf(g, m), tpu_graph_geqrf_tau(g, m));
   return g;
 }
 

@@ -101,15 +101,15 @@ TEST(bad_sizes) {
 
 /* Chunks record which threads ran them; each waits (bounded) until two threads are in. */
 typedef struct {
-  atomic_int inside, most, runs;
+  atomic_int inside, most, runs, items;
   pthread_t caller;
   atomic_int by_caller;
 } meet_ctx;
 
 static void meet(void *arg, int64_t begin, int64_t end) {
   meet_ctx *m = arg;
-  (void)begin, (void)end;
   atomic_fetch_add(&m->runs, 1);
+  atomic_fetch_add(&m->items, (int)(end - begin));
   if (pthread_equal(pthread_self(), m->caller)) atomic_fetch_add(&m->by_caller, 1);
   int now = atomic_fetch_add(&m->inside, 1) + 1;
   for (long spin = 0; spin < 200 * 1000 * 1000L && atomic_load(&m->most) < 2; spin++) {
@@ -133,17 +133,23 @@ TEST(helpers_join_jobs) {
   pool_helper h;
   CHECK(pool_helper_start(&h, pool) == 0);
   CHECK(tpu_pool_helpers(pool) == 1);
+  /* A helper can still leave between the check below and the job (after 1 ms idle, or when
+   * the scheduler puts it on the poster's CPU twice), and the job then rightly runs inline:
+   * every job must be run exactly once, and most of them shared. */
+  int shared = 0;
   for (int rep = 0; rep < 20; rep++) {
-    /* the helper leaves the pool after 1 ms without a job and comes back: wait until it is
-     * in (on a loaded machine it may not be, and the job would rightly run inline) */
     while (tpu_pool_helpers(pool) == 0) sched_yield();
     meet_ctx m = {0};
     m.caller = pthread_self();
     tpu_pool_parallel_for_helpers(pool, 2, 1, meet, &m);
-    CHECK(atomic_load(&m.runs) == 2 && atomic_load(&m.most) == 2); /* the helper ran one */
-    CHECK(atomic_load(&m.by_caller) == 1);
+    CHECK(atomic_load(&m.items) == 2);
+    if (atomic_load(&m.most) == 2) {
+      CHECK(atomic_load(&m.runs) == 2 && atomic_load(&m.by_caller) == 1); /* helper ran one */
+      shared++;
+    }
     CHECK(run_cover(pool, 1000, 7) == 0); /* and every item once, through parallel_for too */
   }
+  CHECK(shared >= 10);
   pool_helper_stop(&h);
   CHECK(tpu_pool_helpers(pool) == 0);
   tpu_pool_destroy(pool);

@@ -41,7 +41,8 @@ SUBSET = {
     "linalg.cholesky", "linalg.cholesky_ex", "linalg.solve_triangular", "triangular_solve",
     "cholesky_solve", "cholesky_inverse", "linalg.solve", "linalg.solve_ex", "linalg.inv",
     "linalg.inv_ex", "linalg.det", "det", "linalg.slogdet", "logdet", "linalg.lu_factor",
-    "linalg.lu_factor_ex", "linalg.lu_solve", "linalg.lu", "lu_unpack",
+    "linalg.lu_factor_ex", "linalg.lu_solve", "linalg.lu", "lu_unpack", "linalg.qr", "qr",
+    "geqrf", "linalg.householder_product", "ormqr",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),

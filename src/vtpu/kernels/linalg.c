@@ -31,42 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vtpu/kernels/strided.h"
-
-/* A batch of matrices: per batch index the element offset of each buffer's [.., 0, 0]
- * (b and out may be NULL; LU passes its pivots as b). */
-typedef struct matrices {
-  tpu_loop_t batch; /* buffers: 0 = a, 1 = b (solve only), 2 = out */
-  int64_t n, k;     /* a is n x n; b and out n x k as seen by the solve */
-  int64_t a_row, a_col, b_row, b_col, o_row, o_col; /* element strides */
-} matrices_t;
-
-static void batch_of(matrices_t *m, const tpu_buf_t *a, const tpu_buf_t *b,
-                     const tpu_buf_t *out) {
-  int r = a->rank;
-  m->batch.nbufs = 3;
-  m->batch.rank = r - 2;
-  for (int d = 0; d < r - 2; d++) {
-    m->batch.dims[d] = a->dims[d];
-    m->batch.strides[0][d] = a->strides[d];
-    m->batch.strides[1][d] = b ? b->strides[d] : 0;
-    m->batch.strides[2][d] = out ? out->strides[d] : 0;
-  }
-  tpu_loop_simplify(&m->batch);
-}
-
-/* Parallel-for grain: matrices per chunk for about 64K multiply-adds, from |per| matrix. */
-static int64_t grain_for(int64_t x, int64_t y, int64_t z) {
-  int64_t per;
-  if (__builtin_mul_overflow(x, y, &per) || __builtin_mul_overflow(per, z, &per)) return 1;
-  return per >= 65536 ? 1 : 65536 / (per + 1);
-}
-
-static int64_t batch_count(const tpu_buf_t *a) {
-  int64_t n = 1;
-  for (int d = 0; d < a->rank - 2; d++) n *= a->dims[d];
-  return n;
-}
+#include "vtpu/kernels/linalg_util.h"
 
 /* ---- cholesky ------------------------------------------------------------------------------ */
 
@@ -76,41 +41,6 @@ typedef struct cholesky_job {
   bool lower;
   atomic_bool oom;
 } cholesky_job_t;
-
-/* x . y over n elements in four independent partial sums (one chain of dependent adds
- * would wait on each add's latency). */
-static double dot(const double *x, const double *y, int64_t n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t k = 0;
-  for (; k + 4 <= n; k += 4) {
-    s0 += x[k] * y[k];
-    s1 += x[k + 1] * y[k + 1];
-    s2 += x[k + 2] * y[k + 2];
-    s3 += x[k + 3] * y[k + 3];
-  }
-  for (; k < n; k++) s0 += x[k] * y[k];
-  return (s0 + s1) + (s2 + s3);
-}
-
-/* y -= a x over n elements, two doubles per vector (GCC/Clang vector extensions: SSE2 on
- * x86-64, NEON on arm64), so that the trailing updates run at vector width. */
-static void sub_scaled(double *y, const double *x, double a, int64_t n) {
-  typedef double v2d __attribute__((vector_size(16)));
-  const v2d av = {a, a};
-  int64_t c = 0;
-  for (; c + 4 <= n; c += 4) {
-    v2d x0, x1, y0, y1;
-    memcpy(&x0, x + c, 16);
-    memcpy(&x1, x + c + 2, 16);
-    memcpy(&y0, y + c, 16);
-    memcpy(&y1, y + c + 2, 16);
-    y0 -= av * x0;
-    y1 -= av * x1;
-    memcpy(y + c, &y0, 16);
-    memcpy(y + c + 2, &y1, 16);
-  }
-  for (; c < n; c++) y[c] -= a * x[c];
-}
 
 /* Factors the n x n lower triangle of |w| (row-major) in place; the upper triangle is
  * ignored. Returns the first failed pivot, or n. */
@@ -161,45 +91,11 @@ static void cholesky_task(void *ctx, int64_t begin, int64_t end) {
   free(w);
 }
 
-/* a and out: float, rank >= 2, square, same dims; n * n doubles must fit a size_t. */
-static tpu_status_t check_square(const char *k, const tpu_buf_t *a, const char *what) {
-  int64_t na;
-  TPU_RETURN_IF_ERROR(tpu_buf_check(a, k, what, &na));
-  if (!tpu_dtype_is_float(a->dtype)) {
-    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: %s is %s, expected a float dtype", k,
-                          what, tpu_dtype_name(a->dtype));
-  }
-  if (a->rank < 2 || a->dims[a->rank - 1] != a->dims[a->rank - 2]) {
-    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: %s must be square matrices", k, what);
-  }
-  int64_t n = a->dims[a->rank - 1], bytes;
-  if (__builtin_mul_overflow(n, n, &bytes) || __builtin_mul_overflow(bytes, 16, &bytes) ||
-      (uint64_t)bytes > SIZE_MAX) {
-    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: %s matrices of %lld x %lld are too "
-                          "large", k, what, (long long)n, (long long)n);
-  }
-  return TPU_OK;
-}
-
-static tpu_status_t check_same_dims(const char *k, const tpu_buf_t *x, const tpu_buf_t *o) {
-  if (o->rank != x->rank || o->dtype != x->dtype) {
-    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: out must have the operand's rank and "
-                          "dtype", k);
-  }
-  for (int d = 0; d < x->rank; d++) {
-    if (o->dims[d] != x->dims[d]) {
-      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: out dim %d is %lld, expected %lld", k,
-                            d, (long long)o->dims[d], (long long)x->dims[d]);
-    }
-  }
-  return TPU_OK;
-}
-
 tpu_status_t tpu_kernel_cholesky(bool lower, const tpu_buf_t *a, const tpu_buf_t *out,
                                  tpu_pool_t *pool) {
   static const char *K = "cholesky";
-  int64_t no;
-  TPU_RETURN_IF_ERROR(check_square(K, a, "a"));
+  int64_t na, no;
+  TPU_RETURN_IF_ERROR(check_matrices(K, a, "a", true, &na));
   TPU_RETURN_IF_ERROR(tpu_buf_check(out, K, "out", &no));
   TPU_RETURN_IF_ERROR(check_same_dims(K, a, out));
   if (no == 0) return TPU_OK;
@@ -286,8 +182,8 @@ tpu_status_t tpu_kernel_triangular_solve(const tpu_triangular_solve_attrs_t *att
                                          const tpu_buf_t *out, tpu_pool_t *pool) {
   static const char *K = "triangular_solve";
   if (!attrs) return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: attrs is NULL", K);
-  int64_t nb, no;
-  TPU_RETURN_IF_ERROR(check_square(K, a, "a"));
+  int64_t na, nb, no;
+  TPU_RETURN_IF_ERROR(check_matrices(K, a, "a", true, &na));
   TPU_RETURN_IF_ERROR(tpu_buf_check(b, K, "b", &nb));
   TPU_RETURN_IF_ERROR(tpu_buf_check(out, K, "out", &no));
   TPU_RETURN_IF_ERROR(check_same_dims(K, b, out));
@@ -421,8 +317,7 @@ tpu_status_t tpu_kernel_lu(const tpu_buf_t *a, const tpu_buf_t *out_lu,
                            const tpu_buf_t *out_pivots, tpu_pool_t *pool) {
   static const char *K = "lu";
   int64_t na, nl;
-  TPU_RETURN_IF_ERROR(check_square(K, a, "a"));
-  TPU_RETURN_IF_ERROR(tpu_buf_check(a, K, "a", &na));
+  TPU_RETURN_IF_ERROR(check_matrices(K, a, "a", true, &na));
   if (out_lu) {
     TPU_RETURN_IF_ERROR(tpu_buf_check(out_lu, K, "out_lu", &nl));
     TPU_RETURN_IF_ERROR(check_same_dims(K, a, out_lu));
