@@ -223,9 +223,10 @@ typedef struct tpu_triangular_solve_attrs {
  * (P a)[i] = a[perm[i]], the swaps applied in order to 0 .. size-1. */
 typedef struct tpu_lu_permutation_attrs { int64_t size; } tpu_lu_permutation_attrs_t;
 
-/* GEQRF and GEQRF_TAU: the Householder QR of a [..., m, n] as LAPACK's geqrf stores it:
- * R on and above the diagonal, below it the vectors v_i (v_i[i] = 1 implied), and tau
- * [..., min(m, n)], with a = Q R, Q = H_0 H_1 ... H_{k-1}, H_i = I - tau_i v_i v_i^T.
+/* GEQRF: the Householder QR of a [..., m, n] as LAPACK's geqrf stores it, in one result
+ * [..., m + 1, n]: its first m rows are R on and above the diagonal and below it the
+ * vectors v_i (v_i[i] = 1 implied); its last row holds tau in its first k = min(m, n)
+ * entries (then zeros): a = Q R, Q = H_0 H_1 ... H_{k-1}, H_i = I - tau_i v_i v_i^T.
  * Each reflector makes R's diagonal element -sign(a_ii) * norm (LAPACK's dlarfg); a column
  * already zero below the diagonal gets tau = 0. HOUSEHOLDER_PRODUCT (v [..., m, n], m >= n;
  * tau [..., k], k <= n): the first n columns of H_0 ... H_{k-1} (LAPACK's orgqr), reading v
@@ -382,7 +383,6 @@ tpu_value_t tpu_graph_lu(tpu_graph_t *g, tpu_value_t a);
 tpu_value_t tpu_graph_lu_pivots(tpu_graph_t *g, tpu_value_t a);
 tpu_value_t tpu_graph_lu_pivots_to_permutation(tpu_graph_t *g, tpu_value_t pivots, int64_t size);
 tpu_value_t tpu_graph_geqrf(tpu_graph_t *g, tpu_value_t a);
-tpu_value_t tpu_graph_geqrf_tau(tpu_graph_t *g, tpu_value_t a);
 tpu_value_t tpu_graph_householder_product(tpu_graph_t *g, tpu_value_t v, tpu_value_t tau);
 
 /* Copies every node of |src| (a well-typed graph: built by the builders, or deserialized)

@@ -133,10 +133,9 @@ tpu_status_t tpu_kernel_triangular_solve(const tpu_triangular_solve_attrs_t *att
  * LU_PIVOTS, described in ir.h); either may be NULL. */
 tpu_status_t tpu_kernel_lu(const tpu_buf_t *a, const tpu_buf_t *out_lu,
                            const tpu_buf_t *out_pivots, tpu_pool_t *pool);
-/* out_packed (a's dtype and dims) and out_tau ([..., min(m, n)]) of a [..., m, n] (the IR's
- * GEQRF and GEQRF_TAU, described in ir.h); either may be NULL. */
-tpu_status_t tpu_kernel_geqrf(const tpu_buf_t *a, const tpu_buf_t *out_packed,
-                              const tpu_buf_t *out_tau, tpu_pool_t *pool);
+/* out [..., m + 1, n] = the packed factors and tau of a [..., m, n] (the IR's GEQRF,
+ * described in ir.h). */
+tpu_status_t tpu_kernel_geqrf(const tpu_buf_t *a, const tpu_buf_t *out, tpu_pool_t *pool);
 /* out (v's dims) = the first n columns of the product of the reflectors in v [..., m, n]
  * (m >= n) and tau [..., k] (k <= n): the IR's HOUSEHOLDER_PRODUCT. */
 tpu_status_t tpu_kernel_householder_product(const tpu_buf_t *v, const tpu_buf_t *tau,

@@ -201,9 +201,7 @@ static tpu_status_t run_node(const step_t *s, tpu_buf_t *in, const tpu_buf_t *ou
     case TPU_OP_LU_PIVOTS_TO_PERMUTATION:
       return tpu_kernel_lu_pivots_to_permutation(&in[0], out, pool);
     case TPU_OP_GEQRF:
-      return tpu_kernel_geqrf(&in[0], out, NULL, pool);
-    case TPU_OP_GEQRF_TAU:
-      return tpu_kernel_geqrf(&in[0], NULL, out, pool);
+      return tpu_kernel_geqrf(&in[0], out, pool);
     case TPU_OP_HOUSEHOLDER_PRODUCT:
       return tpu_kernel_householder_product(&in[0], &in[1], out, pool);
     default:

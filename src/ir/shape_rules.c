@@ -1043,11 +1043,7 @@ static tpu_status_t rule_geqrf(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) 
   if (r < 2) return fail(c, "operand must have rank >= 2, got rank %d", r);
   *dt = a->dtype;
   *sh = a->shape;
-  if (c->n->op == TPU_OP_GEQRF_TAU) {
-    sh->rank--;
-    if (a->shape.dims[r - 1] > a->shape.dims[r - 2]) sh->dims[r - 2] = a->shape.dims[r - 2];
-    else sh->dims[r - 2] = a->shape.dims[r - 1];
-  }
+  sh->dims[r - 2]++; /* tau's row */
   return TPU_OK;
 }
 
@@ -1164,8 +1160,7 @@ tpu_status_t tpu_ir_infer(const tpu_graph_t *g, const tpu_node_t *node, tpu_dtyp
     case TPU_OP_LU:
     case TPU_OP_LU_PIVOTS: st = rule_lu(&c, &dt, &sh); break;
     case TPU_OP_LU_PIVOTS_TO_PERMUTATION: st = rule_lu_permutation(&c, &dt, &sh); break;
-    case TPU_OP_GEQRF:
-    case TPU_OP_GEQRF_TAU: st = rule_geqrf(&c, &dt, &sh); break;
+    case TPU_OP_GEQRF: st = rule_geqrf(&c, &dt, &sh); break;
     case TPU_OP_HOUSEHOLDER_PRODUCT: st = rule_householder_product(&c, &dt, &sh); break;
     default:
       switch (tpu_op_family(node->op)) {

@@ -106,7 +106,6 @@ static double linalg_work(const tpu_graph_t *g, const tpu_node_t *node) {
   double batches = numel(&a->shape) / (m * n > 0 ? m * n : 1);
   switch (node->op) {
     case TPU_OP_GEQRF:
-    case TPU_OP_GEQRF_TAU:
     case TPU_OP_HOUSEHOLDER_PRODUCT: {
       double k = m < n ? m : n; /* QR of a wide matrix: its first m columns' work, then R's */
       return batches * (2 * k * k * (m - k / 3) + 2 * k * m * (n - k));

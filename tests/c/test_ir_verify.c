@@ -97,7 +97,13 @@ static tpu_graph_t *every_op_graph(void) {
   tpu_graph_triangular_solve(g, tpu_graph_cholesky(g, m, true), m, &ts);
   tpu_graph_lu(g, m);
   tpu_graph_lu_pivots_to_permutation(g, tpu_graph_lu_pivots(g, m), 3);
-  tpu_graph_householder_product(g, tpu_graph_geqrf(g, m), tpu_graph_geqrf_tau(g, m));
+  tpu_value_t qr = tpu_graph_geqrf(g, m);
+  tpu_graph_householder_product(g, tpu_graph_slice(g, qr, (int64_t[]){0, 0}, (int64_t[]){3, 3},
+                                                   (int64_t[]){1, 1}),
+                                tpu_graph_reshape(g, tpu_graph_slice(g, qr, (int64_t[]){3, 0},
+                                                                     (int64_t[]){4, 3},
+                                                                     (int64_t[]){1, 1}),
+                                                  &(tpu_shape_t){1, {3}}));
   return g;
 }
 

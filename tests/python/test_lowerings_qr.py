@@ -168,3 +168,20 @@ def test_errors_match_the_cpu():
     same_error(torch.geqrf, randn(4))
     # the device still works
     compare(torch.linalg.qr, randn(4, 3), **GRAD[torch.float32])
+
+
+def test_matrices_above_the_native_size_limit_take_the_fallback():
+    """A factorization above 2^24 multiply-adds per matrix (lower_linalg.h) runs on the CPU's
+    LAPACK, which is several times faster at that size than the unblocked kernels; at the
+    limit it is native."""
+    at_limit = randn(256, 256)
+    no_fallback(lambda: torch.linalg.qr(tpu(at_limit)))
+    for fn, a in [(torch.linalg.qr, randn(500, 200)), (torch.linalg.inv, randn(260, 260)),
+                  (torch.linalg.cholesky, torch.eye(260))]:
+        torchtpu.reset_fallback_stats()
+        got = fn(tpu(a))
+        assert torchtpu.fallback_stats(), fn
+        want = fn(a)
+        for g, w in zip(got if isinstance(got, tuple) else [got],
+                        want if isinstance(want, tuple) else [want]):
+            torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)

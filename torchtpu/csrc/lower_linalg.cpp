@@ -55,7 +55,7 @@ namespace {
 // linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info)
 void cholesky_ex(LowerCtx &ctx) {
   if (ctx.arg(2).toBool()) throw Unsupported("linalg_cholesky_ex(check_errors=True)");
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg_cholesky_ex");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "linalg_cholesky_ex");
   const bool lower = !ctx.arg(1).toBool();
   tpu_graph_t *g = ctx.g;
   tpu_value_t a = ctx.v(0);
@@ -68,7 +68,7 @@ void cholesky_ex(LowerCtx &ctx) {
 
 // linalg_solve_triangular(self, B, *, upper, left, unitriangular)
 void solve_triangular(LowerCtx &ctx) {
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg_solve_triangular");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "linalg_solve_triangular");
   tpu_shape_t out = ctx.out_shape();
   if (ctx.out_dtype() != dt || dtype_of(ctx.g, ctx.v(1)) != dt) {
     throw Unsupported("linalg_solve_triangular with mixed dtypes");
@@ -82,7 +82,7 @@ void solve_triangular(LowerCtx &ctx) {
 
 // triangular_solve(self (B), A, upper, transpose, unitriangular) -> (X, A broadcast)
 void triangular_solve(LowerCtx &ctx) {
-  tpu_dtype_t dt = linalg_dtype(ctx, 1, "triangular_solve");
+  tpu_dtype_t dt = linalg_operand(ctx, 1, "triangular_solve");
   if (dtype_of(ctx.g, ctx.v(0)) != dt) throw Unsupported("triangular_solve with mixed dtypes");
   tpu_value_t a = broadcast_to(ctx.g, ctx.v(1), ctx.out_shape(1));
   tpu_value_t b = broadcast_to(ctx.g, ctx.v(0), ctx.out_shape(0));
@@ -99,14 +99,14 @@ tpu_value_t solve_with_factor(tpu_graph_t *g, tpu_value_t f, tpu_value_t b, bool
 
 // _cholesky_solve_helper(self (B), A (the factor), upper): batch dims already broadcast
 void cholesky_solve_helper(LowerCtx &ctx) {
-  tpu_dtype_t dt = linalg_dtype(ctx, 1, "cholesky_solve");
+  tpu_dtype_t dt = linalg_operand(ctx, 1, "cholesky_solve");
   if (dtype_of(ctx.g, ctx.v(0)) != dt) throw Unsupported("cholesky_solve with mixed dtypes");
   ctx.results = {solve_with_factor(ctx.g, ctx.v(1), ctx.v(0), ctx.arg(2).toBool())};
 }
 
 // cholesky_inverse(self (the factor), upper)
 void cholesky_inverse(LowerCtx &ctx) {
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "cholesky_inverse");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "cholesky_inverse");
   tpu_graph_t *g = ctx.g;
   tpu_shape_t s = shape_of(g, ctx.v(0));
   if (s.rank < 2) throw Unsupported("cholesky_inverse of a non-matrix");

@@ -1,19 +1,35 @@
 // lower_linalg.h: what the linear-algebra lowerings share (lower_linalg.cpp: the Cholesky
-// family; lower_lu.cpp: the LU family).
+// family; lower_lu.cpp: the LU family; lower_qr.cpp: the QR family).
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "lower_ew.h"
 
 namespace torchtpu {
 
-// Argument |arg|'s dtype, f32 or f64; other dtypes take the CPU fallback (whose kernels
-// give PyTorch's errors for bf16/f16).
-inline tpu_dtype_t linalg_dtype(const LowerCtx &ctx, size_t arg, const char *op) {
+// Matrices [..., m, n] whose factorization costs more than this many multiply-adds each
+// (m n min(m, n): 256 x 256) take the CPU fallback: the kernels are unblocked f64 loops,
+// 5-10x slower than LAPACK's blocked ones at that size, so past it the fallback's round trip
+// costs less than the difference (a 1024 x 1024 nn.init.orthogonal_ would take half a
+// second natively).
+constexpr double kLinalgNativeWork = 16777216.0;
+
+// Checks argument |arg|, the matrices op factors or solves with: f32 or f64 (other dtypes
+// take the CPU fallback, whose kernels give PyTorch's errors for bf16/f16) and within
+// kLinalgNativeWork. Returns its dtype.
+inline tpu_dtype_t linalg_operand(const LowerCtx &ctx, size_t arg, const char *op) {
   tpu_dtype_t dt = dtype_of(ctx.g, ctx.v(arg));
   if (dt != TPU_F32 && dt != TPU_F64) {
     throw Unsupported(std::string(op) + " of a non-f32/f64 tensor");
+  }
+  tpu_shape_t s = shape_of(ctx.g, ctx.v(arg));
+  if (s.rank >= 2) {
+    double m = static_cast<double>(s.dims[s.rank - 2]), n = static_cast<double>(s.dims[s.rank - 1]);
+    if (m * n * std::min(m, n) > kLinalgNativeWork) {
+      throw Unsupported(std::string(op) + " of matrices above the native size limit");
+    }
   }
   return dt;
 }

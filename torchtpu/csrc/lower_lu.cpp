@@ -103,7 +103,7 @@ void lu_factor_ex(LowerCtx &ctx) {
   if (!ctx.arg(1).toBool() || ctx.arg(2).toBool()) {
     throw Unsupported("linalg_lu_factor_ex(pivot=False or check_errors=True)");
   }
-  linalg_dtype(ctx, 0, "linalg_lu_factor_ex");
+  linalg_operand(ctx, 0, "linalg_lu_factor_ex");
   require_square(ctx, 0, "linalg_lu_factor_ex");
   tpu_value_t lu = tpu_graph_lu(ctx.g, ctx.v(0));
   ctx.results = {lu, tpu_graph_lu_pivots(ctx.g, ctx.v(0)),
@@ -112,7 +112,7 @@ void lu_factor_ex(LowerCtx &ctx) {
 
 // linalg_lu_solve(LU, pivots, B, *, left, adjoint)
 void lu_solve(LowerCtx &ctx) {
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg_lu_solve");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "linalg_lu_solve");
   require_square(ctx, 0, "linalg_lu_solve");
   if (dtype_of(ctx.g, ctx.v(2)) != dt) throw Unsupported("linalg_lu_solve with mixed dtypes");
   tpu_graph_t *g = ctx.g;
@@ -128,7 +128,7 @@ void lu_solve(LowerCtx &ctx) {
 // _linalg_solve_ex(A, B, *, left, check_errors) -> (result, LU, pivots, info)
 void solve_ex(LowerCtx &ctx) {
   if (ctx.arg(3).toBool()) throw Unsupported("_linalg_solve_ex(check_errors=True)");
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg.solve");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "linalg.solve");
   require_square(ctx, 0, "linalg.solve");
   if (dtype_of(ctx.g, ctx.v(1)) != dt || ctx.out_dtype() != dt) {
     throw Unsupported("linalg.solve with mixed dtypes");
@@ -154,7 +154,7 @@ void solve_ex(LowerCtx &ctx) {
 // linalg_inv_ex(A, *, check_errors) -> (inverse, info)
 void inv_ex(LowerCtx &ctx) {
   if (ctx.arg(1).toBool()) throw Unsupported("linalg_inv_ex(check_errors=True)");
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg.inv");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "linalg.inv");
   require_square(ctx, 0, "linalg.inv");
   tpu_graph_t *g = ctx.g;
   tpu_value_t a = ctx.v(0);
@@ -180,7 +180,7 @@ tpu_value_t pivot_sign(tpu_graph_t *g, tpu_value_t pivots, tpu_dtype_t dt) {
 
 // _linalg_det(A) -> (det, LU, pivots)
 void det(LowerCtx &ctx) {
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg.det");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "linalg.det");
   require_square(ctx, 0, "linalg.det");
   tpu_graph_t *g = ctx.g;
   tpu_value_t a = factored(ctx, ctx.v(0));  // det(A^T) = det(A)
@@ -191,7 +191,7 @@ void det(LowerCtx &ctx) {
 
 // _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots)
 void slogdet(LowerCtx &ctx) {
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg.slogdet");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "linalg.slogdet");
   require_square(ctx, 0, "linalg.slogdet");
   tpu_graph_t *g = ctx.g;
   tpu_value_t a = factored(ctx, ctx.v(0));
@@ -233,14 +233,14 @@ void unpack(LowerCtx &ctx, tpu_value_t lu, tpu_value_t pivots, bool data = true,
 // linalg_lu(A, *, pivot) -> (P, L, U)
 void lu(LowerCtx &ctx) {
   if (!ctx.arg(1).toBool()) throw Unsupported("linalg_lu(pivot=False)");
-  linalg_dtype(ctx, 0, "linalg.lu");
+  linalg_operand(ctx, 0, "linalg.lu");
   require_square(ctx, 0, "linalg.lu");
   unpack(ctx, tpu_graph_lu(ctx.g, ctx.v(0)), tpu_graph_lu_pivots(ctx.g, ctx.v(0)));
 }
 
 // lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots) -> (P, L, U)
 void lu_unpack(LowerCtx &ctx) {
-  linalg_dtype(ctx, 0, "lu_unpack");
+  linalg_operand(ctx, 0, "lu_unpack");
   require_square(ctx, 0, "lu_unpack");
   unpack(ctx, ctx.v(0), ctx.v(1), ctx.arg(2).toBool(), ctx.arg(3).toBool());
 }

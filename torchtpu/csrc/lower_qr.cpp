@@ -1,13 +1,14 @@
-// lower_qr.cpp: lowerings of the QR family onto the IR's GEQRF, GEQRF_TAU and
-// HOUSEHOLDER_PRODUCT (LAPACK's geqrf and orgqr; kernels in qr.c). The CPU computes
-// torch.linalg.qr the same way (geqrf, then orgqr on the reflectors), so Q and R come out
-// with the CPU's signs, not only up to them.
+// lower_qr.cpp: lowerings of the QR family onto the IR's GEQRF (LAPACK's geqrf: the packed
+// factors with tau as one more row) and HOUSEHOLDER_PRODUCT (orgqr; kernels in qr.c). The
+// CPU computes torch.linalg.qr the same way (geqrf, then orgqr on the reflectors), so Q and
+// R come out with the CPU's signs, not only up to them.
 //   geqrf                        (a, tau): R and the reflectors packed, and their scales
 //   linalg_householder_product   Q's first n columns from the reflectors (torch.orgqr)
 //   linalg_qr                    mode "reduced" (Q m x k, R k x n), "complete" (Q m x m,
 //                                R m x n) or "r" (R only, Q empty), k = min(m, n)
 //   ormqr                        Q C, Q^T C, C Q or C Q^T with Q from the reflectors
-// f32 and f64 only: other dtypes take the CPU fallback (which gives PyTorch's errors). The
+// f32 and f64 only, and matrices within kLinalgNativeWork (lower_linalg.h): the others take
+// the CPU fallback (which gives PyTorch's errors). The
 // backward formulas of linalg_qr and householder_product are matmuls, triangular solves and
 // masks, all native. nn.init.orthogonal_ is linalg.qr, so it runs on the device too.
 #include <ATen/core/Tensor.h>
@@ -17,18 +18,39 @@
 namespace torchtpu {
 namespace {
 
-// The leading |rows| x |cols| block of matrices |x| [..., r, c] (rows <= r, cols <= c).
-tpu_value_t leading_block(tpu_graph_t *g, tpu_value_t x, int64_t rows, int64_t cols) {
+// Rows first_row .. first_row + rows - 1 and the first |cols| columns of matrices |x|.
+tpu_value_t block(tpu_graph_t *g, tpu_value_t x, int64_t first_row, int64_t rows, int64_t cols) {
   tpu_shape_t s = shape_of(g, x);
-  if (s.dims[s.rank - 2] == rows && s.dims[s.rank - 1] == cols) return x;
+  if (first_row == 0 && s.dims[s.rank - 2] == rows && s.dims[s.rank - 1] == cols) return x;
   int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
   for (int d = 0; d < s.rank; d++) {
     limit[d] = s.dims[d];
     stride[d] = 1;
   }
-  limit[s.rank - 2] = rows;
+  start[s.rank - 2] = first_row;
+  limit[s.rank - 2] = first_row + rows;
   limit[s.rank - 1] = cols;
   return tpu_graph_slice(g, x, start, limit, stride);
+}
+
+tpu_value_t leading_block(tpu_graph_t *g, tpu_value_t x, int64_t rows, int64_t cols) {
+  return block(g, x, 0, rows, cols);
+}
+
+// The QR of matrices a [..., m, n]: geqrf's packed factors [..., m, n] and tau [..., k],
+// both from one GEQRF.
+struct Factors {
+  tpu_value_t packed, tau;
+};
+
+Factors factor(tpu_graph_t *g, tpu_value_t a) {
+  tpu_shape_t s = shape_of(g, a);
+  const int64_t m = s.dims[s.rank - 2], n = s.dims[s.rank - 1], k = std::min(m, n);
+  tpu_value_t f = tpu_graph_geqrf(g, a);
+  tpu_shape_t tau_shape = s;
+  tau_shape.rank--;
+  tau_shape.dims[tau_shape.rank - 1] = k;
+  return {leading_block(g, f, m, n), tpu_graph_reshape(g, block(g, f, m, 1, k), &tau_shape)};
 }
 
 // |x| [..., r, c] with zero columns appended up to |cols|.
@@ -58,13 +80,14 @@ tpu_value_t form_q(tpu_graph_t *g, tpu_value_t v, tpu_value_t tau, bool full) {
 
 // geqrf(self) -> (a, tau)
 void geqrf(LowerCtx &ctx) {
-  linalg_dtype(ctx, 0, "geqrf");
-  ctx.results = {tpu_graph_geqrf(ctx.g, ctx.v(0)), tpu_graph_geqrf_tau(ctx.g, ctx.v(0))};
+  linalg_operand(ctx, 0, "geqrf");
+  Factors f = factor(ctx.g, ctx.v(0));
+  ctx.results = {f.packed, f.tau};
 }
 
 // linalg_householder_product(input, tau)
 void householder_product(LowerCtx &ctx) {
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg.householder_product");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "linalg.householder_product");
   if (dtype_of(ctx.g, ctx.v(1)) != dt) {
     throw Unsupported("linalg.householder_product with mixed dtypes");  // CPU: its error
   }
@@ -82,7 +105,7 @@ void householder_product(LowerCtx &ctx) {
 
 // linalg_qr(A, mode) -> (Q, R)
 void qr(LowerCtx &ctx) {
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "linalg.qr");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "linalg.qr");
   const std::string &mode = ctx.arg(1).toStringRef();
   if (mode != "reduced" && mode != "complete" && mode != "r") {
     throw Unsupported("linalg.qr mode " + mode);  // the CPU fallback raises its error
@@ -91,11 +114,11 @@ void qr(LowerCtx &ctx) {
   tpu_value_t a = ctx.v(0);
   tpu_shape_t s = shape_of(g, a);
   const int64_t m = s.dims[s.rank - 2], n = s.dims[s.rank - 1], k = std::min(m, n);
-  tpu_value_t packed = tpu_graph_geqrf(g, a);
+  Factors f = factor(g, a);
   const int64_t r_rows = mode == "complete" ? m : k;
-  ctx.results = {full(g, dt, ctx.out_shape(0), 0), upper(g, leading_block(g, packed, r_rows, n))};
+  ctx.results = {full(g, dt, ctx.out_shape(0), 0), upper(g, leading_block(g, f.packed, r_rows, n))};
   if (mode != "r" && numel(s) > 0) {
-    ctx.results[0] = form_q(g, packed, tpu_graph_geqrf_tau(g, a), mode == "complete");
+    ctx.results[0] = form_q(g, f.packed, f.tau, mode == "complete");
   } else if (mode != "r") {  // empty A: Q is the identity's columns
     ctx.results[0] = identity(g, dt, ctx.out_shape(0));
   }
@@ -104,7 +127,7 @@ void qr(LowerCtx &ctx) {
 // ormqr(input, tau, other, left, transpose): op(Q) C (left) or C op(Q), Q m x m from the
 // reflectors input [..., m, k'] and tau [..., k]
 void ormqr(LowerCtx &ctx) {
-  tpu_dtype_t dt = linalg_dtype(ctx, 0, "ormqr");
+  tpu_dtype_t dt = linalg_operand(ctx, 0, "ormqr");
   tpu_graph_t *g = ctx.g;
   tpu_shape_t s = shape_of(g, ctx.v(0)), t = shape_of(g, ctx.v(1)), c = shape_of(g, ctx.v(2));
   if (dtype_of(g, ctx.v(1)) != dt || dtype_of(g, ctx.v(2)) != dt || c.rank != s.rank ||

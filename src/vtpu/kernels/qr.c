@@ -1,6 +1,7 @@
 /* qr.c: tpu_kernel_geqrf and tpu_kernel_householder_product: Householder QR of batches of
  * matrices [..., m, n] as LAPACK's geqr2 and org2r compute it (the IR's GEQRF, GEQRF_TAU
- * and HOUSEHOLDER_PRODUCT; the conventions are in ir.h).
+ * and HOUSEHOLDER_PRODUCT; the conventions are in ir.h: geqrf writes tau as one more row
+ * under the packed factors, so one factorization gives both).
  *
  * Per matrix, the operand is loaded transposed into an f64 workspace, so that each column
  * of the matrix is a contiguous row there (every reflector works on columns), processed
@@ -23,7 +24,7 @@
 
 typedef struct qr_job {
   matrices_t m;       /* a (buffer 0) is m.rows x m.n; tau is buffer 1; out buffer 2 */
-  const tpu_buf_t *a, *out, *tau;
+  const tpu_buf_t *a, *out, *tau; /* geqrf: no tau buffer (its row of out) */
   int64_t tau_stride; /* along tau's last dim */
   atomic_bool oom;
 } qr_job_t;
@@ -109,7 +110,7 @@ static void geqrf_task(void *ctx, int64_t begin, int64_t end) {
   qr_job_t *j = ctx;
   const matrices_t *m = &j->m;
   int64_t rows = m->rows, cols = m->n, k = rows < cols ? rows : cols;
-  double *w = malloc((size_t)(rows * cols + k) * sizeof *w);
+  double *w = malloc((size_t)(rows * cols + k + 1) * sizeof *w); /* + 1: m may be 0 */
   if (!w) {
     atomic_store(&j->oom, true);
     return;
@@ -120,11 +121,10 @@ static void geqrf_task(void *ctx, int64_t begin, int64_t end) {
   for (int64_t b = begin; b < end; b++) {
     load_transposed(w, j->a, pos.off[0], rows, cols, m->a_row, m->a_col);
     factor_qr(w, rows, cols, tau);
-    if (j->out) store_transposed(j->out, pos.off[2], w, rows, cols, m->o_row, m->o_col);
-    if (j->tau) {
-      for (int64_t i = 0; i < k; i++) {
-        tpu_store_f64(j->tau->data, j->tau->dtype, pos.off[1] + i * j->tau_stride, tau[i]);
-      }
+    store_transposed(j->out, pos.off[2], w, rows, cols, m->o_row, m->o_col);
+    for (int64_t c = 0; c < cols; c++) { /* tau's row */
+      tpu_store_f64(j->out->data, j->out->dtype, pos.off[2] + rows * m->o_row + c * m->o_col,
+                    c < k ? tau[c] : 0.0);
     }
     tpu_loop_step(&m->batch, m->batch.rank, &pos);
   }
@@ -185,20 +185,20 @@ static tpu_status_t run(const char *K, tpu_range_fn task, qr_job_t *j, const tpu
   return TPU_OK;
 }
 
-tpu_status_t tpu_kernel_geqrf(const tpu_buf_t *a, const tpu_buf_t *out_packed,
-                              const tpu_buf_t *out_tau, tpu_pool_t *pool) {
+tpu_status_t tpu_kernel_geqrf(const tpu_buf_t *a, const tpu_buf_t *out, tpu_pool_t *pool) {
   static const char *K = "geqrf";
   int64_t na, no;
   TPU_RETURN_IF_ERROR(check_matrices(K, a, "a", false, &na));
-  if (out_packed) {
-    TPU_RETURN_IF_ERROR(tpu_buf_check(out_packed, K, "out_packed", &no));
-    TPU_RETURN_IF_ERROR(check_same_dims(K, a, out_packed));
-  }
+  TPU_RETURN_IF_ERROR(tpu_buf_check(out, K, "out", &no));
   int r = a->rank;
-  int64_t m = a->dims[r - 2], n = a->dims[r - 1];
-  if (out_tau) TPU_RETURN_IF_ERROR(check_tau(K, out_tau, a->dtype, r - 1, a->dims, m < n ? m : n));
-  if (na == 0 || (!out_packed && !out_tau)) return TPU_OK;
-  qr_job_t j = {.a = a, .out = out_packed, .tau = out_tau};
+  bool ok = out->rank == r && out->dtype == a->dtype && out->dims[r - 2] == a->dims[r - 2] + 1;
+  for (int d = 0; ok && d < r; d++) ok = d == r - 2 || out->dims[d] == a->dims[d];
+  if (!ok) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: out must be %s [..., m + 1, n] for a "
+                          "[..., m, n]", K, tpu_dtype_name(a->dtype));
+  }
+  if (no == 0) return TPU_OK;
+  qr_job_t j = {.a = a, .out = out};
   return run(K, geqrf_task, &j, a, pool);
 }
 
