@@ -106,10 +106,13 @@ static void form_q(double *w, int64_t m, int64_t n, int64_t k, const double *tau
   }
 }
 
-static void geqrf_task(void *ctx, int64_t begin, int64_t end) {
+/* Per matrix of the batch: geqrf (no tau buffer: out gets the packed factors and tau's row)
+ * or householder_product (a holds the reflectors, tau their scales). */
+static void qr_task(void *ctx, int64_t begin, int64_t end) {
   qr_job_t *j = ctx;
   const matrices_t *m = &j->m;
-  int64_t rows = m->rows, cols = m->n, k = rows < cols ? rows : cols;
+  const bool product = j->tau != NULL;
+  int64_t rows = m->rows, cols = m->n, k = product ? m->k : rows < cols ? rows : cols;
   double *w = malloc((size_t)(rows * cols + k + 1) * sizeof *w); /* + 1: m may be 0 */
   if (!w) {
     atomic_store(&j->oom, true);
@@ -119,36 +122,20 @@ static void geqrf_task(void *ctx, int64_t begin, int64_t end) {
   tpu_loop_pos_t pos;
   tpu_loop_seek(&m->batch, m->batch.rank, begin, &pos);
   for (int64_t b = begin; b < end; b++) {
-    load_transposed(w, j->a, pos.off[0], rows, cols, m->a_row, m->a_col);
-    factor_qr(w, rows, cols, tau);
-    store_transposed(j->out, pos.off[2], w, rows, cols, m->o_row, m->o_col);
-    for (int64_t c = 0; c < cols; c++) { /* tau's row */
-      tpu_store_f64(j->out->data, j->out->dtype, pos.off[2] + rows * m->o_row + c * m->o_col,
-                    c < k ? tau[c] : 0.0);
+    if (product) {
+      load_transposed(w, j->a, pos.off[0], rows, k, m->a_row, m->a_col); /* v's k columns */
+      for (int64_t i = 0; i < k; i++) {
+        tau[i] = tpu_load_f64(j->tau->data, j->tau->dtype, pos.off[1] + i * j->tau_stride);
+      }
+      form_q(w, rows, cols, k, tau);
+    } else {
+      load_transposed(w, j->a, pos.off[0], rows, cols, m->a_row, m->a_col);
+      factor_qr(w, rows, cols, tau);
+      for (int64_t c = 0; c < cols; c++) { /* tau's row */
+        tpu_store_f64(j->out->data, j->out->dtype, pos.off[2] + rows * m->o_row + c * m->o_col,
+                      c < k ? tau[c] : 0.0);
+      }
     }
-    tpu_loop_step(&m->batch, m->batch.rank, &pos);
-  }
-  free(w);
-}
-
-static void householder_task(void *ctx, int64_t begin, int64_t end) {
-  qr_job_t *j = ctx;
-  const matrices_t *m = &j->m;
-  int64_t rows = m->rows, cols = m->n, k = m->k;
-  double *w = malloc((size_t)(rows * cols + k) * sizeof *w);
-  if (!w) {
-    atomic_store(&j->oom, true);
-    return;
-  }
-  double *tau = w + rows * cols;
-  tpu_loop_pos_t pos;
-  tpu_loop_seek(&m->batch, m->batch.rank, begin, &pos);
-  for (int64_t b = begin; b < end; b++) {
-    load_transposed(w, j->a, pos.off[0], rows, k, m->a_row, m->a_col); /* v's k columns */
-    for (int64_t i = 0; i < k; i++) {
-      tau[i] = tpu_load_f64(j->tau->data, j->tau->dtype, pos.off[1] + i * j->tau_stride);
-    }
-    form_q(w, rows, cols, k, tau);
     store_transposed(j->out, pos.off[2], w, rows, cols, m->o_row, m->o_col);
     tpu_loop_step(&m->batch, m->batch.rank, &pos);
   }
@@ -169,8 +156,7 @@ static tpu_status_t check_tau(const char *K, const tpu_buf_t *tau, tpu_dtype_t d
   return TPU_OK;
 }
 
-static tpu_status_t run(const char *K, tpu_range_fn task, qr_job_t *j, const tpu_buf_t *a,
-                        tpu_pool_t *pool) {
+static tpu_status_t run(const char *K, qr_job_t *j, const tpu_buf_t *a, tpu_pool_t *pool) {
   int r = a->rank;
   j->m.rows = a->dims[r - 2], j->m.n = a->dims[r - 1];
   j->m.a_row = a->strides[r - 2], j->m.a_col = a->strides[r - 1];
@@ -178,7 +164,7 @@ static tpu_status_t run(const char *K, tpu_range_fn task, qr_job_t *j, const tpu
   j->tau_stride = j->tau ? j->tau->strides[r - 2] : 0;
   batch_of(&j->m, a, j->tau, j->out); /* offsets: 0 = a, 1 = tau, 2 = out */
   atomic_init(&j->oom, false);
-  tpu_pool_parallel_for(pool, batch_count(a), grain_for(j->m.rows, j->m.n, j->m.n), task, j);
+  tpu_pool_parallel_for(pool, batch_count(a), grain_for(j->m.rows, j->m.n, j->m.n), qr_task, j);
   if (atomic_load(&j->oom)) {
     return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s: out of host memory for the workspace", K);
   }
@@ -199,7 +185,7 @@ tpu_status_t tpu_kernel_geqrf(const tpu_buf_t *a, const tpu_buf_t *out, tpu_pool
   }
   if (no == 0) return TPU_OK;
   qr_job_t j = {.a = a, .out = out};
-  return run(K, geqrf_task, &j, a, pool);
+  return run(K, &j, a, pool);
 }
 
 tpu_status_t tpu_kernel_householder_product(const tpu_buf_t *v, const tpu_buf_t *tau,
@@ -224,5 +210,5 @@ tpu_status_t tpu_kernel_householder_product(const tpu_buf_t *v, const tpu_buf_t 
   if (nv == 0) return TPU_OK;
   qr_job_t j = {.a = v, .out = out, .tau = tau};
   j.m.k = k;
-  return run(K, householder_task, &j, v, pool);
+  return run(K, &j, v, pool);
 }
