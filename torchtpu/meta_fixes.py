@@ -13,6 +13,7 @@ size their own), and compile mode traces with fake tensors, which use the same k
 """
 import torch
 import torch._meta_registrations as meta_registrations
+from torch._prims_common import make_contiguous_strides_for
 
 _library = None  # the torch.library.Library holding the meta kernels registered here
 
@@ -46,19 +47,9 @@ def geqrf_meta(input):
     tau [..., min(m, n)] contiguous, as the CPU returns them."""
     torch._check(input.dim() >= 2, lambda: "torch.geqrf: input must have at least 2 dimensions.")
     *batch, m, n = input.shape
-    a = torch.empty_strided(input.shape, _column_major_strides(input.shape), dtype=input.dtype,
+    a = torch.empty_strided(input.shape, make_contiguous_strides_for(input.shape, row_major=False), dtype=input.dtype,
                             device=input.device)
     return a, input.new_empty((*batch, min(m, n)))
-
-
-def _column_major_strides(shape):
-    *batch, m, n = shape
-    strides = [1, max(1, m)]
-    matrix = max(1, m) * max(1, n)
-    for size in reversed(batch):
-        strides.insert(0, matrix)
-        matrix *= max(1, size)
-    return strides
 
 
 def install() -> None:
