@@ -1,6 +1,6 @@
-"""Linear algebra on tpu (lower_linalg.cpp, lower_lu.cpp, lower_qr.cpp; kernels in
-src/vtpu/kernels/linalg.c and qr.c) vs PyTorch CPU (LAPACK through MKL/OpenBLAS), side by side
-in one run: Cholesky, triangular solve, linalg.solve, inv, det and QR at a batch of small
+"""Linear algebra on tpu (lower_linalg.cpp, lower_lu.cpp, lower_qr.cpp, lower_eigh.cpp;
+kernels in src/vtpu/kernels/linalg.c, qr.c and eigh.c) vs PyTorch CPU (LAPACK through MKL/OpenBLAS), side by side
+in one run: Cholesky, triangular solve, linalg.solve, inv, det, QR and eigh at a batch of small
 matrices and one larger one, plus a MultivariateNormal log_prob step with its backward and
 nn.init.orthogonal_ of a 512 x 256 weight. Ratios > 1 mean tpu is faster.
 
@@ -33,6 +33,8 @@ def cases():
         yield f"inv {batch} x {n}x{n}", torch.linalg.inv, (a,)
         yield f"det {batch} x {n}x{n}", torch.linalg.det, (a,)
         yield f"linalg.qr {batch} x {n}x{n}", torch.linalg.qr, (a,)
+        if n <= 32:  # larger ones take the CPU fallback (lower_eigh.cpp)
+            yield f"linalg.eigh {batch} x {n}x{n}", torch.linalg.eigh, (a,)
 
     def mvn_step(mean, cov, x):
         mean = mean.detach().requires_grad_()

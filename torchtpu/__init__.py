@@ -88,4 +88,4 @@ from torchtpu import profiler  # noqa: E402,F401  (torch.profiler gains the mode
 from torchtpu import default_compile, meta_fixes  # noqa: E402
 
 default_compile.install()  # torch.compile(model) with no backend compiles tpu graphs here
-meta_fixes.install()  # nn.LSTM(bias=False) on tpu
+meta_fixes.install()  # meta kernels that tpu programs reach fixed (meta_fixes.py)

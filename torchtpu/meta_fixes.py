@@ -6,6 +6,10 @@ size their own), and compile mode traces with fake tensors, which use the same k
   accelerator) checks the device of every argument, including biases that are None when the
   LSTM has bias=False: "'NoneType' object has no attribute 'device'". `install` replaces
   the check it calls with the same checks that skip absent biases.
+* The meta kernels of linalg.eigh, eigvals, cholesky and the other square-matrix ops
+  check the rank with `raise AssertionError` where the CPU raises RuntimeError ("The input
+  tensor A must have at least 2 dimensions."). `install` replaces that check with the
+  CPU's (`square_check_inputs`).
 * torch.geqrf has no meta kernel at all ("attempted to run this operator with Meta
   tensors"). `install` registers one with the CPU's result layout (batches of column-major
   matrices, LAPACK's) and its rank check; dtypes are left to the kernel that runs, as the
@@ -42,6 +46,15 @@ def rnn_cell_check_sizes(input_gates, hidden_gates, input_bias, hidden_bias, fac
                  lambda: "expected all inputs to be same device")
 
 
+def square_check_inputs(self, f_name):
+    """PyTorch's squareCheckInputs with the CPU's RuntimeError for a rank below 2."""
+    torch._check(self.dim() >= 2,
+                 lambda: f"{f_name}: The input tensor A must have at least 2 dimensions.")
+    torch._check(self.size(-1) == self.size(-2),
+                 lambda: f"{f_name}: A must be batches of square matrices, "
+                         f"but they are {self.size(-2)} by {self.size(-1)} matrices")
+
+
 def geqrf_meta(input):
     """torch.geqrf's results: (a, tau), a [..., m, n] in batches of column-major matrices,
     tau [..., min(m, n)] contiguous, as the CPU returns them."""
@@ -58,6 +71,8 @@ def install() -> None:
     global _library
     if hasattr(meta_registrations, "rnn_cell_checkSizes"):
         meta_registrations.rnn_cell_checkSizes = rnn_cell_check_sizes
+    if hasattr(meta_registrations, "squareCheckInputs"):
+        meta_registrations.squareCheckInputs = square_check_inputs
     if _library is None and not torch._C._dispatch_has_kernel_for_dispatch_key(
             "aten::geqrf", "Meta"):
         _library = torch.library.Library("aten", "IMPL")

@@ -230,7 +230,13 @@ typedef struct tpu_lu_permutation_attrs { int64_t size; } tpu_lu_permutation_att
  * Each reflector makes R's diagonal element -sign(a_ii) * norm (LAPACK's dlarfg); a column
  * already zero below the diagonal gets tau = 0. HOUSEHOLDER_PRODUCT (v [..., m, n], m >= n;
  * tau [..., k], k <= n): the first n columns of H_0 ... H_{k-1} (LAPACK's orgqr), reading v
- * only below the diagonal of its first k columns. */
+ * only below the diagonal of its first k columns.
+ * EIGH: the eigendecomposition a = V diag(w) V^T of symmetric a [..., n, n], reading only
+ * its lower triangle, in one result [..., n + 1, n]: its first n rows are V (column j is
+ * the unit eigenvector of w_j), its last row is w in ascending order. Eigenvectors are
+ * unique only up to sign (and within repeated eigenvalues up to rotation): the ones given
+ * are the Jacobi method's (eigh.c), not LAPACK's. A matrix with a NaN or an infinity gives
+ * NaN throughout. */
 
 typedef union tpu_attrs {
   tpu_param_attrs_t param;
@@ -384,6 +390,7 @@ tpu_value_t tpu_graph_lu_pivots(tpu_graph_t *g, tpu_value_t a);
 tpu_value_t tpu_graph_lu_pivots_to_permutation(tpu_graph_t *g, tpu_value_t pivots, int64_t size);
 tpu_value_t tpu_graph_geqrf(tpu_graph_t *g, tpu_value_t a);
 tpu_value_t tpu_graph_householder_product(tpu_graph_t *g, tpu_value_t v, tpu_value_t tau);
+tpu_value_t tpu_graph_eigh(tpu_graph_t *g, tpu_value_t a);
 
 /* Copies every node of |src| (a well-typed graph: built by the builders, or deserialized)
  * except its parameters into |dst|, with its type in |src| (which the shape rules would

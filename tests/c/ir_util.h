@@ -67,4 +67,18 @@ static inline void expect_type_at(tpu_graph_t *g, tpu_value_t v, const char *wan
 #define END_CASE tpu_graph_destroy(g)
 #endif /* check.h and graph_internal.h */
 
+#ifdef TPU_TESTS_CHECK_H
+/* Serializes |g|, reads it back and checks that the copy is the same graph (same hash). */
+static inline void expect_serialize_round_trip(tpu_graph_t *g) {
+  unsigned char *bytes = NULL;
+  size_t len = 0;
+  CHECK_OK(tpu_graph_serialize(g, tpu_allocator_system(), &bytes, &len));
+  tpu_graph_t *back = NULL;
+  CHECK_OK(tpu_graph_deserialize(bytes, len, tpu_allocator_system(), &back));
+  CHECK(back && tpu_graph_hash(back) == tpu_graph_hash(g));
+  tpu_graph_destroy(back);
+  tpu_allocator_free(tpu_allocator_system(), bytes);
+}
+#endif /* check.h */
+
 #endif /* TPU_TESTS_IR_UTIL_H */

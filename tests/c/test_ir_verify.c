@@ -104,6 +104,7 @@ static tpu_graph_t *every_op_graph(void) {
                                                                      (int64_t[]){4, 3},
                                                                      (int64_t[]){1, 1}),
                                                   &(tpu_shape_t){1, {3}}));
+  tpu_graph_eigh(g, m);
   return g;
 }
 

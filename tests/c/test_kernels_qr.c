@@ -286,14 +286,7 @@ TEST(qr_ir_ops) {
                        "(tensor<2x5x3xf32>, tensor<2x3xf32>) -> tensor<2x5x3xf32>");
   tpu_allocator_free(tpu_allocator_system(), text);
   /* serialized and read back: the same graph */
-  unsigned char *bytes = NULL;
-  size_t len = 0;
-  CHECK_OK(tpu_graph_serialize(g, tpu_allocator_system(), &bytes, &len));
-  tpu_graph_t *back = NULL;
-  CHECK_OK(tpu_graph_deserialize(bytes, len, tpu_allocator_system(), &back));
-  CHECK(back && tpu_graph_hash(back) == tpu_graph_hash(g));
-  tpu_graph_destroy(back);
-  tpu_allocator_free(tpu_allocator_system(), bytes);
+  expect_serialize_round_trip(g);
   /* shape rules */
   CHECK(tpu_graph_householder_product(g, wide, ir_param(g, TPU_F64, SHAPE(3))) == TPU_NO_VALUE);
   CHECK_CONTAINS(tpu_graph_error_message(g), "v must have at least as many rows as columns");

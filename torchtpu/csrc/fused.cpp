@@ -372,9 +372,12 @@ namespace {
 thread_local int t_record_scopes = 0;  // RecordScopes alive on this thread
 }  // namespace
 
+bool capturing(c10::DeviceIndex index) {
+  return g_capturing.load(std::memory_order_relaxed) > 0 && pending(index).capturing;
+}
+
 bool recording(c10::DeviceIndex index) {
-  if (t_record_scopes > 0) return true;
-  if (g_capturing.load(std::memory_order_relaxed) > 0 && pending(index).capturing) return true;
+  if (t_record_scopes > 0 || capturing(index)) return true;
   return eager_mode() == EagerMode::Fused;
 }
 

@@ -30,6 +30,9 @@ namespace torchtpu {
 
 // True if ops on chip |index| are recorded (fused mode, or a compile capture).
 bool recording(c10::DeviceIndex index);
+// True while a compile capture or torchtpu.export records chip |index|'s ops: a value
+// read on the host then cuts the capture (or fails the export).
+bool capturing(c10::DeviceIndex index);
 
 // One recorded op's random-number use: the last two inputs are its (seed, offset).
 struct RngUse {
