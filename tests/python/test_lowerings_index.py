@@ -247,6 +247,50 @@ def test_searchsorted_and_bucketize():
     compare(lambda d, a, b: torch.bucketize(a, b), torch.tensor([-5, 0, 15, 30, 31]), ints, grad=False)
 
 
+@pytest.mark.parametrize("boundaries", [65, 100, 2049])
+def test_searchsorted_by_binary_search(boundaries):
+    """Past 64 boundaries a row is searched (lower_reorder.cpp's searched_points): the CPU's
+    results with ties, values on every boundary, NaN and values past both ends, 1-D and
+    batched rows, int32 and int64 results, integer boundaries."""
+    g = torch.Generator().manual_seed(boundaries)
+    s = torch.rand(boundaries, generator=g).sort().values
+    s[3] = s[4] = s[5]
+    v = torch.cat([torch.rand(500, generator=g), s, torch.tensor([float("nan"), -1.0, 2.0])])
+    rows = torch.rand(3, boundaries, generator=g).sort().values
+    vals = torch.rand(3, 40, generator=g)
+    ints = torch.arange(0, 3 * boundaries, 3)
+    ivals = torch.randint(-5, 3 * boundaries + 5, (2, 150), generator=g)
+    for right in (False, True):
+        for i32 in (False, True):
+            for a, b in ((s, v), (rows, vals), (ints, ivals)):
+                want = torch.searchsorted(a, b, right=right, out_int32=i32)
+                got = no_fallback(lambda: torch.searchsorted(a.to("tpu"), b.to("tpu"), right=right,
+                                                             out_int32=i32))
+                assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+            want = torch.bucketize(v, s, right=right, out_int32=i32)
+            assert torch.equal(torch.bucketize(v.to("tpu"), s.to("tpu"), right=right,
+                                               out_int32=i32).cpu(), want)
+    assert torch.equal(torch.searchsorted(s.to("tpu"), torch.tensor(0.5).to("tpu")).cpu(),
+                       torch.searchsorted(s, torch.tensor(0.5)))
+    empty = torch.empty(0)
+    assert torch.searchsorted(s.to("tpu"), empty.to("tpu")).shape == (0,)
+
+
+def test_histogram_observer_calibrates_on_the_device():
+    """torch.ao's HistogramObserver (histc, and a bucketize of 262144 bin midpoints into
+    2049 boundaries) runs without the CPU fallback and gives the CPU's histogram and qparams."""
+    from torch.ao.quantization.observer import HistogramObserver
+    g = torch.Generator().manual_seed(3)
+    dev, cpu = HistogramObserver().to("tpu"), HistogramObserver()
+    for _ in range(3):
+        x = torch.randn(64, 32, generator=g)
+        no_fallback(lambda: dev(x.to("tpu")))
+        cpu(x)
+    torch.testing.assert_close(dev.histogram.cpu(), cpu.histogram, rtol=1e-6, atol=1e-6)
+    for got, want in zip(dev.calculate_qparams(), cpu.calculate_qparams()):
+        torch.testing.assert_close(got.cpu(), want)
+
+
 def assert_same_values(got, want):
     """Exactly equal, -0 apart from +0, any NaN equal to any NaN (payloads differ)."""
     got = got.cpu()

@@ -273,24 +273,68 @@ void narrow_copy(LowerCtx &ctx) {
 
 // ---- searchsorted / bucketize -------------------------------------------------------------------------
 
+// Boundaries per row past which insertion_points searches instead of comparing every value
+// with every boundary (a compare and a sum fuse into one pass, cheaper for short rows).
+constexpr int64_t kSearchedBoundaries = 64;
+
+// The insertion points by binary search, as the CPU finds them: per value, the number of
+// boundaries b with !(b >= v) (left) or !(b > v) (right), found in ceil(log2(S + 1))
+// rounds over all values at once: a round tries to move each value's count up by the
+// round's power of two and does where the boundary it reads (a gather from the flattened
+// rows) is still before the value. |seq| is (S) or (*B, S), |values| (*B, M) or any shape.
+tpu_value_t searched_points(tpu_graph_t *g, tpu_value_t seq, tpu_value_t values, bool right,
+                            tpu_dtype_t out) {
+  const tpu_shape_t ss = shape_of(g, seq), vs = shape_of(g, values);
+  const int64_t nb = ss.dims[ss.rank - 1], n = numel(vs);
+  const tpu_shape_t flat_seq{1, {numel(ss)}}, flat{1, {n}};
+  tpu_value_t rows = tpu_graph_reshape(g, seq, &flat_seq);
+  tpu_value_t v = tpu_graph_reshape(g, values, &flat);
+  auto i64 = [&](double x) { return full(g, TPU_I64, flat, x); };
+  // where each value's row starts in |rows|: (flat index / M) * S for batched rows
+  tpu_value_t base = i64(0);
+  if (ss.rank > 1) {
+    const int64_t m = vs.dims[vs.rank - 1];
+    tpu_value_t row = tpu_graph_binary(g, TPU_OP_DIV, tpu_graph_iota(g, TPU_I64, &flat, 0), i64(m));
+    base = tpu_graph_binary(g, TPU_OP_MUL, row, i64(nb));
+  }
+  tpu_value_t count = i64(0);
+  int64_t step = 1;
+  while (step * 2 <= nb) step *= 2;
+  for (; step > 0; step /= 2) {
+    tpu_value_t cand = tpu_graph_binary(g, TPU_OP_ADD, count, i64(step));
+    tpu_value_t fits = tpu_graph_compare(g, TPU_CMP_LE, cand, i64(nb));
+    tpu_value_t at = tpu_graph_binary(g, TPU_OP_ADD, base,
+                                      tpu_graph_binary(g, TPU_OP_MIN, cand, i64(nb)));
+    tpu_value_t b = gather_slices(g, rows, 0, tpu_graph_binary(g, TPU_OP_SUB, at, i64(1)));
+    tpu_value_t past = tpu_graph_compare(g, right ? TPU_CMP_GT : TPU_CMP_GE, b, v);
+    count = tpu_graph_select(g, fits, tpu_graph_select(g, past, count, cand), count);
+  }
+  return tpu_graph_reshape(g, convert(g, count, out), &vs);
+}
+
 // The insertion points of |values| in the sorted last dim of |seq| (1-D, or the same leading
 // dims as values): the count of boundaries b with !(b >= v) (left; the CPU's lower bound)
 // or !(b > v) (right), so a NaN value lands past the end as in the CPU's binary search.
-// One compare of every value with every boundary, then a sum: the cost is values x
-// boundaries, so large pairs (over 2^26) and a sorter are left to the CPU.
+// Short rows: one compare of every value with every boundary, then a sum; longer ones (or
+// values x boundaries above 2^26): a binary search (searched_points). A sorter is left to
+// the CPU.
 tpu_value_t insertion_points(LowerCtx &ctx, tpu_value_t seq, tpu_value_t values, bool right,
                              bool out_int32) {
   tpu_shape_t ss = shape_of(ctx.g, seq), vs = shape_of(ctx.g, values);
   if (dtype_of(ctx.g, seq) != dtype_of(ctx.g, values)) throw Unsupported("searchsorted dtypes differ");
   if (ss.rank == 0 || vs.rank + 1 > TPU_MAX_RANK) throw Unsupported("searchsorted ranks");
+  if (ss.rank > 1 && ss.rank != vs.rank) throw Unsupported("searchsorted leading dims");
   int64_t nb = ss.dims[ss.rank - 1];
+  tpu_dtype_t dt = out_int32 ? TPU_I32 : TPU_I64;
   tpu_shape_t cs = vs;  // values, then the boundaries
   cs.dims[cs.rank++] = nb;
-  if (numel(cs) > (int64_t{1} << 26)) throw Unsupported("searchsorted: values x boundaries above 2^26");
+  if (nb > kSearchedBoundaries || numel(cs) > (int64_t{1} << 26)) {
+    if (numel(vs) == 0 || nb == 0) return full(ctx.g, dt, vs, 0);
+    return searched_points(ctx.g, seq, values, right, dt);
+  }
   tpu_shape_t seq_shape = cs;  // (1, .., 1, S) or (*B, 1, S)
   for (int d = 0; d < cs.rank - 1; d++) seq_shape.dims[d] = 1;
   if (ss.rank > 1) {
-    if (ss.rank != vs.rank) throw Unsupported("searchsorted leading dims");
     for (int d = 0; d < ss.rank - 1; d++) seq_shape.dims[d] = ss.dims[d];
   }
   tpu_value_t b = broadcast_to(ctx.g, tpu_graph_reshape(ctx.g, seq, &seq_shape), cs);
@@ -298,7 +342,6 @@ tpu_value_t insertion_points(LowerCtx &ctx, tpu_value_t seq, tpu_value_t values,
   v1.dims[v1.rank++] = 1;
   tpu_value_t v = broadcast_to(ctx.g, tpu_graph_reshape(ctx.g, values, &v1), cs);
   tpu_value_t past = tpu_graph_compare(ctx.g, right ? TPU_CMP_GT : TPU_CMP_GE, b, v);
-  tpu_dtype_t dt = out_int32 ? TPU_I32 : TPU_I64;
   tpu_value_t before = tpu_graph_select(ctx.g, past, full(ctx.g, dt, cs, 0), full(ctx.g, dt, cs, 1));
   return reduce_dims(ctx.g, TPU_REDUCE_SUM, before, {static_cast<int64_t>(cs.rank - 1)}, false);
 }
