@@ -1,6 +1,6 @@
-"""Linear algebra on tpu (lower_linalg.cpp, lower_lu.cpp, lower_qr.cpp, lower_eigh.cpp;
-kernels in src/vtpu/kernels/linalg.c, qr.c and eigh.c) vs PyTorch CPU (LAPACK through MKL/OpenBLAS), side by side
-in one run: Cholesky, triangular solve, linalg.solve, inv, det, QR and eigh at a batch of small
+"""Linear algebra on tpu (lower_linalg.cpp, lower_lu.cpp, lower_qr.cpp, lower_eigh.cpp,
+lower_svd.cpp; kernels in src/vtpu/kernels/linalg.c, qr.c, eigh.c and svd.c) vs PyTorch CPU (LAPACK through MKL/OpenBLAS), side by side
+in one run: Cholesky, triangular solve, linalg.solve, inv, det, QR, eigh and SVD at a batch of small
 matrices and one larger one, plus a MultivariateNormal log_prob step with its backward and
 nn.init.orthogonal_ of a 512 x 256 weight. Ratios > 1 mean tpu is faster.
 
@@ -35,6 +35,8 @@ def cases():
         yield f"linalg.qr {batch} x {n}x{n}", torch.linalg.qr, (a,)
         if n <= 32:  # larger ones take the CPU fallback (lower_eigh.cpp)
             yield f"linalg.eigh {batch} x {n}x{n}", torch.linalg.eigh, (a,)
+        yield (f"linalg.svd {batch} x {n}x{n}",
+               lambda a: torch.linalg.svd(a, full_matrices=False), (a,))
 
     def mvn_step(mean, cov, x):
         mean = mean.detach().requires_grad_()

@@ -236,7 +236,13 @@ typedef struct tpu_lu_permutation_attrs { int64_t size; } tpu_lu_permutation_att
  * the unit eigenvector of w_j), its last row is w in ascending order. Eigenvectors are
  * unique only up to sign (and within repeated eigenvalues up to rotation): the ones given
  * are the Jacobi method's (eigh.c), not LAPACK's. A matrix with a NaN or an infinity gives
- * NaN throughout. */
+ * NaN throughout.
+ * SVD: the thin singular value decomposition a = U diag(s) V^T of a [..., m, n], m >= n, in
+ * one result [..., m + n + 1, n]: rows 0..m-1 are U (orthonormal columns), rows m..m+n-1
+ * are V (n x n orthogonal; V^T is PyTorch's Vh), the last row is s, descending and >= 0.
+ * Each pair of singular vectors is unique only up to a common sign (and within repeated
+ * singular values up to rotation): the ones given are the one-sided Jacobi method's
+ * (svd.c), not LAPACK's. A matrix with a NaN or an infinity gives NaN throughout. */
 
 typedef union tpu_attrs {
   tpu_param_attrs_t param;
@@ -391,6 +397,7 @@ tpu_value_t tpu_graph_lu_pivots_to_permutation(tpu_graph_t *g, tpu_value_t pivot
 tpu_value_t tpu_graph_geqrf(tpu_graph_t *g, tpu_value_t a);
 tpu_value_t tpu_graph_householder_product(tpu_graph_t *g, tpu_value_t v, tpu_value_t tau);
 tpu_value_t tpu_graph_eigh(tpu_graph_t *g, tpu_value_t a);
+tpu_value_t tpu_graph_svd(tpu_graph_t *g, tpu_value_t a);
 
 /* Copies every node of |src| (a well-typed graph: built by the builders, or deserialized)
  * except its parameters into |dst|, with its type in |src| (which the shape rules would

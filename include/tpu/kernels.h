@@ -143,6 +143,9 @@ tpu_status_t tpu_kernel_householder_product(const tpu_buf_t *v, const tpu_buf_t 
 /* out [..., n + 1, n] = the eigenvectors and eigenvalues of symmetric a [..., n, n] (the
  * IR's EIGH, described in ir.h). */
 tpu_status_t tpu_kernel_eigh(const tpu_buf_t *a, const tpu_buf_t *out, tpu_pool_t *pool);
+/* out [..., m + n + 1, n] = U, V and s of a [..., m, n], m >= n (the IR's SVD, described in
+ * ir.h). */
+tpu_status_t tpu_kernel_svd(const tpu_buf_t *a, const tpu_buf_t *out, tpu_pool_t *pool);
 /* perm (i32 [..., size]) from pivots (i32 [..., k], 1-based); a pivot outside 1..size gives
  * TPU_ERR_OUT_OF_RANGE. */
 tpu_status_t tpu_kernel_lu_pivots_to_permutation(const tpu_buf_t *pivots, const tpu_buf_t *perm,

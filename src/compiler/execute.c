@@ -206,6 +206,8 @@ static tpu_status_t run_node(const step_t *s, tpu_buf_t *in, const tpu_buf_t *ou
       return tpu_kernel_householder_product(&in[0], &in[1], out, pool);
     case TPU_OP_EIGH:
       return tpu_kernel_eigh(&in[0], out, pool);
+    case TPU_OP_SVD:
+      return tpu_kernel_svd(&in[0], out, pool);
     default:
       break;
   }

@@ -576,6 +576,10 @@ tpu_value_t tpu_graph_eigh(tpu_graph_t *g, tpu_value_t a) {
   return unary_linalg(g, TPU_OP_EIGH, a);
 }
 
+tpu_value_t tpu_graph_svd(tpu_graph_t *g, tpu_value_t a) {
+  return unary_linalg(g, TPU_OP_SVD, a);
+}
+
 tpu_value_t tpu_graph_householder_product(tpu_graph_t *g, tpu_value_t v, tpu_value_t tau) {
   if (!g) return TPU_NO_VALUE;
   tpu_node_t n = node_init(TPU_OP_HOUSEHOLDER_PRODUCT);

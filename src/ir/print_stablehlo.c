@@ -1022,7 +1022,8 @@ static void print_node(printer_t *p, int i) {
     case TPU_OP_LU_PIVOTS_TO_PERMUTATION:
     case TPU_OP_GEQRF:
     case TPU_OP_HOUSEHOLDER_PRODUCT:
-    case TPU_OP_EIGH: print_linalg_custom_call(p, i); return;
+    case TPU_OP_EIGH:
+    case TPU_OP_SVD: print_linalg_custom_call(p, i); return;
     default: print_elementwise(p, i); return; /* UNARY and two-operand BINARY families */
   }
 }

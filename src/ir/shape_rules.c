@@ -1062,6 +1062,22 @@ static tpu_status_t rule_eigh(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
   return TPU_OK;
 }
 
+static tpu_status_t rule_svd(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
+  const tpu_node_t *a = arg(c, 0);
+  TPU_RETURN_IF_ERROR(need_kind(c, a->dtype, K_FLOAT, "operand"));
+  int r = a->shape.rank;
+  if (r < 2) return fail(c, "operand must have rank >= 2, got rank %d", r);
+  int64_t m = a->shape.dims[r - 2], n = a->shape.dims[r - 1];
+  if (m < n) {
+    return fail(c, "operand must have at least as many rows as columns, got %lld x %lld",
+                (long long)m, (long long)n);
+  }
+  *dt = a->dtype;
+  *sh = a->shape;
+  sh->dims[r - 2] = m + n + 1; /* U, V, then s */
+  return TPU_OK;
+}
+
 static tpu_status_t rule_householder_product(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
   const tpu_node_t *v = arg(c, 0), *tau = arg(c, 1);
   TPU_RETURN_IF_ERROR(need_kind(c, v->dtype, K_FLOAT, "v"));
@@ -1178,6 +1194,7 @@ tpu_status_t tpu_ir_infer(const tpu_graph_t *g, const tpu_node_t *node, tpu_dtyp
     case TPU_OP_GEQRF: st = rule_geqrf(&c, &dt, &sh); break;
     case TPU_OP_HOUSEHOLDER_PRODUCT: st = rule_householder_product(&c, &dt, &sh); break;
     case TPU_OP_EIGH: st = rule_eigh(&c, &dt, &sh); break;
+    case TPU_OP_SVD: st = rule_svd(&c, &dt, &sh); break;
     default:
       switch (tpu_op_family(node->op)) {
         case TPU_FAMILY_UNARY: st = rule_unary(&c, &dt, &sh); break;

@@ -98,7 +98,8 @@ static bool is_elementwise(tpu_op_t op) {
 /* Vector multiply-adds of a linear-algebra node: n^3 / 3 per Cholesky factor, 2 n^3 / 3
  * per LU, n^2 per right-hand side of a triangular solve, 2 n^2 (m - n / 3) per Householder
  * QR of m x n (and as much for its product), about 9 n^3 per symmetric eigendecomposition
- * with vectors (LAPACK's counts); on the VPU: unblocked, these kernels have no MXU path. */
+ * with vectors, 4 m n^2 + 8 n^3 per thin SVD (LAPACK's counts); on the VPU: unblocked, these
+ * kernels have no MXU path. */
 static double linalg_work(const tpu_graph_t *g, const tpu_node_t *node) {
   const tpu_node_t *a = tpu_graph_node(g, node->operands[0]);
   int r = a->shape.rank;
@@ -112,6 +113,7 @@ static double linalg_work(const tpu_graph_t *g, const tpu_node_t *node) {
     }
     case TPU_OP_CHOLESKY: return batches * n * n * n / 3;
     case TPU_OP_EIGH: return batches * 9 * n * n * n;
+    case TPU_OP_SVD: return batches * (4 * m * n * n + 8 * n * n * n); /* LAPACK's, thin U and V */
     case TPU_OP_LU:
     case TPU_OP_LU_PIVOTS: return batches * n * n * n * 2 / 3;
     case TPU_OP_LU_PIVOTS_TO_PERMUTATION: return numel(&node->shape);

@@ -105,6 +105,7 @@ static tpu_graph_t *every_op_graph(void) {
                                                                      (int64_t[]){1, 1}),
                                                   &(tpu_shape_t){1, {3}}));
   tpu_graph_eigh(g, m);
+  tpu_graph_svd(g, m);
   return g;
 }
 

@@ -14,38 +14,12 @@
 
 #include "check.h"
 #include "ir_util.h"
+#include "matrix_util.h"
 #include "tpu/ir.h"
 #include "tpu/kernels.h"
 #include "tpu/threadpool.h"
 
 static tpu_pool_t *g_pool2;
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static double drand(void) { /* in [-1, 1) */
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
-}
-
-/* batch x rows x cols, row-major, or column-major per matrix with |colmajor| */
-static tpu_buf_t matrices(void *data, tpu_dtype_t dt, int64_t batch, int64_t rows, int64_t cols,
-                          bool colmajor) {
-  tpu_buf_t b = {.data = data, .dtype = dt, .rank = 3, .dims = {batch, rows, cols},
-                 .strides = {rows * cols, colmajor ? 1 : cols, colmajor ? rows : 1}};
-  return b;
-}
-
-static double at(const tpu_buf_t *b, int64_t m, int64_t r, int64_t c) {
-  int64_t i = m * b->strides[0] + r * b->strides[1] + c * b->strides[2];
-  return b->dtype == TPU_F64 ? ((const double *)b->data)[i] : ((const float *)b->data)[i];
-}
-
-static void set(const tpu_buf_t *b, int64_t m, int64_t r, int64_t c, double v) {
-  int64_t i = m * b->strides[0] + r * b->strides[1] + c * b->strides[2];
-  if (b->dtype == TPU_F64) ((double *)b->data)[i] = v;
-  else ((float *)b->data)[i] = (float)v;
-}
 
 /* A's element (r, c) as the kernel sees it: the lower triangle mirrored */
 static double sym(const tpu_buf_t *a, int64_t m, int64_t r, int64_t c) {

@@ -15,27 +15,12 @@
 
 #include "check.h"
 #include "ir_util.h"
+#include "matrix_util.h"
 #include "tpu/ir.h"
 #include "tpu/kernels.h"
 #include "tpu/threadpool.h"
 
 static tpu_pool_t *g_pool2;
-
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static double drand(void) { /* in [-1, 1) */
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
-}
-
-/* batch x rows x cols, row-major, or column-major per matrix with |colmajor| */
-static tpu_buf_t matrices(void *data, tpu_dtype_t dt, int64_t batch, int64_t rows, int64_t cols,
-                          bool colmajor) {
-  tpu_buf_t b = {.data = data, .dtype = dt, .rank = 3, .dims = {batch, rows, cols},
-                 .strides = {rows * cols, colmajor ? 1 : cols, colmajor ? rows : 1}};
-  return b;
-}
 
 static tpu_buf_t vectors(void *data, tpu_dtype_t dt, int64_t batch, int64_t k) {
   tpu_buf_t b = {.data = data, .dtype = dt, .rank = 2, .dims = {batch, k}, .strides = {k, 1}};

@@ -227,3 +227,14 @@ def compare_with_cpu(fn, *args, rtol=1e-5, atol=1e-5, grad=True, nograd=()):
     for a, b in zip(cpu_args, tpu_args):
         if isinstance(a, torch.Tensor) and a.grad is not None:
             torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def same_error(fn, *args, upto=None):
+    """fn raises the same exception type and message on tpu as on the CPU (the message up to
+    |upto| if given)."""
+    with pytest.raises(Exception) as want:
+        fn(*args)
+    with pytest.raises(Exception) as got:
+        fn(*[tpu(a) for a in args])
+    assert type(got.value) is type(want.value)
+    assert str(got.value).split(upto)[0] == str(want.value).split(upto)[0]

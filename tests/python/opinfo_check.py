@@ -19,15 +19,37 @@ def to_device(x, device):
     return x
 
 
-# Ops whose result at an index holds columns unique only up to sign (eigenvectors, as
-# PyTorch documents): each column is flipped to agree with the CPU's before comparing.
-SIGN_FREE_COLUMNS = {"linalg.eigh": 1}
-
-
-def aligned_columns(v, ref):
-    """v's columns times the sign that makes each one's dot product with ref's positive."""
+def column_signs(v, ref):
+    """Per column of v, the sign that makes its dot product with ref's column positive."""
     signs = torch.sign((v * ref).sum(-2, keepdim=True))
-    return v * torch.where(signs == 0, torch.ones_like(signs), signs)
+    return torch.where(signs == 0, torch.ones_like(signs), signs)
+
+
+def aligned_eigh(got, want):
+    w, v = got
+    return w, v.cpu() * column_signs(v.cpu(), want[1])
+
+
+def aligned_svd(got, want, v_transposed):
+    """(U, S, V or Vh) with U's columns and V's the signs that align U's with the CPU's."""
+    u, s, v = (t.cpu() for t in got)
+    if u.numel() == 0:  # compute_uv=False
+        return u, s, v
+    signs = column_signs(u, want[0])
+    k = s.shape[-1]  # pairs of singular vectors; full U or V has more (exactly the CPU's)
+    vsigns = torch.ones(*signs.shape[:-1], v.shape[-2] if v_transposed else v.shape[-1],
+                        dtype=signs.dtype)
+    vsigns[..., :k] = signs[..., :k]
+    return u * signs, s, v * (vsigns.mT if v_transposed else vsigns)
+
+
+# Ops whose results hold vectors unique only up to sign (eigenvectors, singular vectors, as
+# PyTorch documents): each is flipped to agree with the CPU's before comparing.
+SIGN_FREE = {
+    "linalg.eigh": aligned_eigh,
+    "linalg.svd": lambda got, want: aligned_svd(got, want, True),
+    "svd": lambda got, want: aligned_svd(got, want, False),
+}
 
 
 def compare(got, want, atol, rtol):
@@ -50,8 +72,6 @@ def run_sample(op, sample, dtype):
     with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
         got = op(sample.input, *sample.args, **sample.kwargs)
     atol, rtol = (1e-5, 1.3e-6) if dtype == torch.float32 else (1e-2, 1.6e-2)
-    if op.name in SIGN_FREE_COLUMNS:
-        i = SIGN_FREE_COLUMNS[op.name]
-        got = list(got)
-        got[i] = aligned_columns(got[i].cpu(), want[i])
+    if op.name in SIGN_FREE:
+        got = SIGN_FREE[op.name](got, want)
     compare(got, want, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))

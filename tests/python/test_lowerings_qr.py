@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import torchtpu
-from conftest import assert_trains_like_cpu, compare_with_cpu as compare, no_fallback, tpu
+from conftest import (assert_trains_like_cpu, compare_with_cpu as compare, no_fallback, same_error,
+                      tpu)
 
 GEN = torch.Generator().manual_seed(0)
 F32 = dict(rtol=1e-5, atol=1e-5)
@@ -144,17 +145,6 @@ def test_export_prints_custom_calls():
     text = torchtpu.export(lambda m: torch.linalg.qr(m), (tpu(randn(5, 3)),)).text
     assert 'call_target_name = "torchtpu.geqrf"' in text
     assert 'call_target_name = "torchtpu.householder_product"' in text
-
-
-def same_error(fn, *args, upto=None):
-    """fn raises the same exception type and message on tpu as on the CPU (the message up to
-    |upto| if given)."""
-    with pytest.raises(Exception) as want:
-        fn(*args)
-    with pytest.raises(Exception) as got:
-        fn(*[tpu(a) for a in args])
-    assert type(got.value) is type(want.value)
-    assert str(got.value).split(upto)[0] == str(want.value).split(upto)[0]
 
 
 def test_errors_match_the_cpu():

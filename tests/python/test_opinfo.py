@@ -43,7 +43,8 @@ SUBSET = {
     "linalg.inv_ex", "linalg.det", "det", "linalg.slogdet", "logdet", "linalg.lu_factor",
     "linalg.lu_factor_ex", "linalg.lu_solve", "linalg.lu", "lu_unpack", "linalg.qr", "qr",
     "geqrf", "linalg.householder_product", "ormqr", "linalg.eigh", "linalg.eigvalsh",
-    "histc",
+    "histc", "linalg.svd", "svd", "linalg.svdvals", "linalg.pinv", "linalg.matrix_rank",
+    "linalg.cond",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),

@@ -28,28 +28,6 @@ namespace {
 // tridiagonal reduction by more than the fallback's round trip costs (bench/bench_linalg.py).
 constexpr int64_t kEighNativeSize = 32;
 
-// The last two dims of |x| swapped.
-tpu_value_t transposed(tpu_graph_t *g, tpu_value_t x) {
-  tpu_shape_t s = shape_of(g, x);
-  int64_t perm[TPU_MAX_RANK];
-  for (int d = 0; d < s.rank; d++) perm[d] = d;
-  std::swap(perm[s.rank - 1], perm[s.rank - 2]);
-  return tpu_graph_transpose(g, x, perm);
-}
-
-// Rows first_row .. first_row + rows - 1 of matrices |x|.
-tpu_value_t rows_of(tpu_graph_t *g, tpu_value_t x, int64_t first_row, int64_t rows) {
-  tpu_shape_t s = shape_of(g, x);
-  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
-  for (int d = 0; d < s.rank; d++) {
-    limit[d] = s.dims[d];
-    stride[d] = 1;
-  }
-  start[s.rank - 2] = first_row;
-  limit[s.rank - 2] = first_row + rows;
-  return tpu_graph_slice(g, x, start, limit, stride);
-}
-
 // _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors)
 void eigh(LowerCtx &ctx) {
   tpu_dtype_t dt = linalg_operand(ctx, 0, "linalg.eigh");

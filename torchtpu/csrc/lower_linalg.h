@@ -1,9 +1,10 @@
 // lower_linalg.h: what the linear-algebra lowerings share (lower_linalg.cpp: the Cholesky
-// family; lower_lu.cpp: the LU family; lower_qr.cpp: the QR family).
+// family; lower_lu.cpp: the LU family; lower_qr.cpp: the QR family; lower_eigh.cpp, lower_svd.cpp).
 #pragma once
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "lower_ew.h"
 
@@ -39,6 +40,37 @@ inline tpu_shape_t with_matrix(tpu_shape_t shape, int64_t rows, int64_t cols) {
   shape.dims[shape.rank - 2] = rows;
   shape.dims[shape.rank - 1] = cols;
   return shape;
+}
+
+// |x| [..., r, c] -> [..., c, r]
+inline tpu_value_t transposed(tpu_graph_t *g, tpu_value_t x) {
+  tpu_shape_t s = shape_of(g, x);
+  int64_t perm[TPU_MAX_RANK];
+  for (int d = 0; d < s.rank; d++) perm[d] = d;
+  std::swap(perm[s.rank - 1], perm[s.rank - 2]);
+  return tpu_graph_transpose(g, x, perm);
+}
+
+// Rows first_row .. first_row + rows - 1 and the first |cols| columns of matrices |x|.
+inline tpu_value_t block(tpu_graph_t *g, tpu_value_t x, int64_t first_row, int64_t rows,
+                         int64_t cols) {
+  tpu_shape_t s = shape_of(g, x);
+  if (first_row == 0 && s.dims[s.rank - 2] == rows && s.dims[s.rank - 1] == cols) return x;
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
+  for (int d = 0; d < s.rank; d++) {
+    limit[d] = s.dims[d];
+    stride[d] = 1;
+  }
+  start[s.rank - 2] = first_row;
+  limit[s.rank - 2] = first_row + rows;
+  limit[s.rank - 1] = cols;
+  return tpu_graph_slice(g, x, start, limit, stride);
+}
+
+// Rows first_row .. first_row + rows - 1 of matrices |x|.
+inline tpu_value_t rows_of(tpu_graph_t *g, tpu_value_t x, int64_t first_row, int64_t rows) {
+  tpu_shape_t s = shape_of(g, x);
+  return block(g, x, first_row, rows, s.dims[s.rank - 1]);
 }
 
 // Identity matrices of |s| in |dt|.

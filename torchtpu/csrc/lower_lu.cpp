@@ -66,16 +66,6 @@ tpu_value_t lu_solve_left(tpu_graph_t *g, tpu_value_t lu, tpu_value_t perm, tpu_
   return permute_rows(g, z, tpu_graph_argsort(g, perm, &inverse));
 }
 
-// |m| [..., r, c] -> [..., c, r]
-tpu_value_t transposed(tpu_graph_t *g, tpu_value_t m) {
-  int rank = shape_of(g, m).rank;
-  int64_t perm[TPU_MAX_RANK];
-  for (int d = 0; d < rank; d++) perm[d] = d;
-  perm[rank - 2] = rank - 1;
-  perm[rank - 1] = rank - 2;
-  return tpu_graph_transpose(g, m, perm);
-}
-
 // X with op(A) X = B (left) or X op(A) = B, op(A) = A or A^T (adjoint), from A's factors;
 // lu [..., n, n], perm [..., n] and b with the same batch dims.
 tpu_value_t lu_solve_any(tpu_graph_t *g, tpu_value_t lu, tpu_value_t perm, tpu_value_t b,

@@ -18,21 +18,6 @@
 namespace torchtpu {
 namespace {
 
-// Rows first_row .. first_row + rows - 1 and the first |cols| columns of matrices |x|.
-tpu_value_t block(tpu_graph_t *g, tpu_value_t x, int64_t first_row, int64_t rows, int64_t cols) {
-  tpu_shape_t s = shape_of(g, x);
-  if (first_row == 0 && s.dims[s.rank - 2] == rows && s.dims[s.rank - 1] == cols) return x;
-  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
-  for (int d = 0; d < s.rank; d++) {
-    limit[d] = s.dims[d];
-    stride[d] = 1;
-  }
-  start[s.rank - 2] = first_row;
-  limit[s.rank - 2] = first_row + rows;
-  limit[s.rank - 1] = cols;
-  return tpu_graph_slice(g, x, start, limit, stride);
-}
-
 tpu_value_t leading_block(tpu_graph_t *g, tpu_value_t x, int64_t rows, int64_t cols) {
   return block(g, x, 0, rows, cols);
 }
