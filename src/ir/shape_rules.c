@@ -966,11 +966,18 @@ static tpu_status_t rule_sort(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
 
 /* ---- linear algebra ---------------------------------------------------------------------- */
 
-/* |x|: float, rank >= 2, square in its last two dims. */
-static tpu_status_t square_matrices(rule_ctx_t *c, const tpu_node_t *x, const char *what) {
+/* |x|: float, rank >= 2 (batches of matrices). */
+static tpu_status_t float_matrices(rule_ctx_t *c, const tpu_node_t *x, const char *what) {
   TPU_RETURN_IF_ERROR(need_kind(c, x->dtype, K_FLOAT, what));
   int r = x->shape.rank;
   if (r < 2) return fail(c, "%s must have rank >= 2, got rank %d", what, r);
+  return TPU_OK;
+}
+
+/* |x|: float, rank >= 2, square in its last two dims. */
+static tpu_status_t square_matrices(rule_ctx_t *c, const tpu_node_t *x, const char *what) {
+  TPU_RETURN_IF_ERROR(float_matrices(c, x, what));
+  int r = x->shape.rank;
   if (x->shape.dims[r - 1] != x->shape.dims[r - 2]) {
     return fail(c, "%s must be square matrices, got %lld x %lld", what,
                 (long long)x->shape.dims[r - 2], (long long)x->shape.dims[r - 1]);
@@ -1038,9 +1045,8 @@ static tpu_status_t rule_lu_permutation(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shap
 
 static tpu_status_t rule_geqrf(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
   const tpu_node_t *a = arg(c, 0);
-  TPU_RETURN_IF_ERROR(need_kind(c, a->dtype, K_FLOAT, "operand"));
+  TPU_RETURN_IF_ERROR(float_matrices(c, a, "operand"));
   int r = a->shape.rank;
-  if (r < 2) return fail(c, "operand must have rank >= 2, got rank %d", r);
   *dt = a->dtype;
   *sh = a->shape;
   sh->dims[r - 2]++; /* tau's row */
@@ -1049,13 +1055,8 @@ static tpu_status_t rule_geqrf(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) 
 
 static tpu_status_t rule_eigh(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
   const tpu_node_t *a = arg(c, 0);
-  TPU_RETURN_IF_ERROR(need_kind(c, a->dtype, K_FLOAT, "operand"));
+  TPU_RETURN_IF_ERROR(square_matrices(c, a, "operand"));
   int r = a->shape.rank;
-  if (r < 2) return fail(c, "operand must have rank >= 2, got rank %d", r);
-  if (a->shape.dims[r - 1] != a->shape.dims[r - 2]) {
-    return fail(c, "operand must be square matrices, got %lld x %lld",
-                (long long)a->shape.dims[r - 2], (long long)a->shape.dims[r - 1]);
-  }
   *dt = a->dtype;
   *sh = a->shape;
   sh->dims[r - 2]++; /* the eigenvalues' row */
@@ -1064,9 +1065,8 @@ static tpu_status_t rule_eigh(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
 
 static tpu_status_t rule_svd(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
   const tpu_node_t *a = arg(c, 0);
-  TPU_RETURN_IF_ERROR(need_kind(c, a->dtype, K_FLOAT, "operand"));
+  TPU_RETURN_IF_ERROR(float_matrices(c, a, "operand"));
   int r = a->shape.rank;
-  if (r < 2) return fail(c, "operand must have rank >= 2, got rank %d", r);
   int64_t m = a->shape.dims[r - 2], n = a->shape.dims[r - 1];
   if (m < n) {
     return fail(c, "operand must have at least as many rows as columns, got %lld x %lld",
@@ -1080,10 +1080,9 @@ static tpu_status_t rule_svd(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
 
 static tpu_status_t rule_householder_product(rule_ctx_t *c, tpu_dtype_t *dt, tpu_shape_t *sh) {
   const tpu_node_t *v = arg(c, 0), *tau = arg(c, 1);
-  TPU_RETURN_IF_ERROR(need_kind(c, v->dtype, K_FLOAT, "v"));
+  TPU_RETURN_IF_ERROR(float_matrices(c, v, "v"));
   TPU_RETURN_IF_ERROR(same_dtype(c, v, tau, "tau"));
   int r = v->shape.rank;
-  if (r < 2) return fail(c, "v must have rank >= 2, got rank %d", r);
   int64_t m = v->shape.dims[r - 2], n = v->shape.dims[r - 1];
   if (m < n) return fail(c, "v must have at least as many rows as columns, got %lld x %lld",
                          (long long)m, (long long)n);

@@ -48,13 +48,7 @@ static bool load_symmetric(double *w, const tpu_buf_t *a, int64_t off, int64_t n
       big = fmax(big, fabs(v));
     }
   }
-  *scale = 1;
-  if (big > 0x1p400 || (big > 0 && big < 0x1p-400)) {
-    int e;
-    frexp(big, &e);
-    *scale = ldexp(1.0, e);
-    for (int64_t i = 0; i < n * n; i++) w[i] /= *scale;
-  }
+  *scale = rescale_pow2(w, n * n, big);
   return true;
 }
 
@@ -157,11 +151,7 @@ static void eigh_task(void *ctx, int64_t begin, int64_t end) {
       jacobi(w, vt, n);
       store_sorted(j, pos.off[2], w, vt, n, scale);
     } else {
-      for (int64_t r = 0; r <= n; r++) {
-        for (int64_t c = 0; c < n; c++) {
-          tpu_store_f64(j->out->data, j->out->dtype, pos.off[2] + r * m->o_row + c * m->o_col, NAN);
-        }
-      }
+      fill_matrix(j->out, pos.off[2], n + 1, n, m->o_row, m->o_col, NAN);
     }
     tpu_loop_step(&m->batch, m->batch.rank, &pos);
   }

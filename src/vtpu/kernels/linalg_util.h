@@ -1,12 +1,14 @@
 /* linalg_util.h: what the matrix kernels share (internal; linalg.c: Cholesky, triangular
  * solve, LU; qr.c: Householder QR): the batch walk over [..., rows, cols] matrices, the
- * argument checks, and the f64 vector loops every factorization runs on.
+ * argument checks, the f64 vector loops every factorization runs on, and the rescaling and
+ * NaN fill of the Jacobi kernels (eigh.c, svd.c).
  *
  * Everything is static inline; only the kernel sources in src/vtpu/kernels include it.
  */
 #ifndef TPU_VTPU_KERNELS_LINALG_UTIL_H
 #define TPU_VTPU_KERNELS_LINALG_UTIL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -119,6 +121,29 @@ static inline void sub_scaled(double *y, const double *x, double a, int64_t n) {
     memcpy(y + c + 2, &y1, 16);
   }
   for (; c < n; c++) y[c] -= a * x[c];
+}
+
+/* Divides the |count| values of |w| by a power of two when their largest magnitude |big| is
+ * outside [2^-400, 2^400], so that no square or product of two of them overflows or
+ * underflows; returns the factor that undoes it (1 when nothing was divided). */
+static inline double rescale_pow2(double *w, int64_t count, double big) {
+  if (!(big > 0x1p400 || (big > 0 && big < 0x1p-400))) return 1;
+  int e;
+  frexp(big, &e);
+  const double scale = ldexp(1.0, e);
+  for (int64_t i = 0; i < count; i++) w[i] /= scale;
+  return scale;
+}
+
+/* Sets every element of the rows x cols matrix of |out| at element offset |off| (element
+ * strides rs, cs) to |v|: a matrix with no result (NaN for a NaN input). */
+static inline void fill_matrix(const tpu_buf_t *out, int64_t off, int64_t rows, int64_t cols,
+                               int64_t rs, int64_t cs, double v) {
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t c = 0; c < cols; c++) {
+      tpu_store_f64(out->data, out->dtype, off + r * rs + c * cs, v);
+    }
+  }
 }
 
 #endif /* TPU_VTPU_KERNELS_LINALG_UTIL_H */

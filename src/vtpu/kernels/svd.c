@@ -44,13 +44,7 @@ static bool load_columns(double *w, const svd_job_t *j, int64_t off, double *sca
       big = fmax(big, fabs(v));
     }
   }
-  *scale = 1;
-  if (big > 0x1p400 || (big > 0 && big < 0x1p-400)) {
-    int e;
-    frexp(big, &e);
-    *scale = ldexp(1.0, e);
-    for (int64_t i = 0; i < m->rows * m->n; i++) w[i] /= *scale;
-  }
+  *scale = rescale_pow2(w, m->rows * m->n, big);
   return true;
 }
 
@@ -178,11 +172,7 @@ static void svd_task(void *ctx, int64_t begin, int64_t end) {
       jacobi(w, v, s, rows, n);
       store_sorted(j, pos.off[2], w, v, s, scale);
     } else {
-      for (int64_t r = 0; r < rows + n + 1; r++) {
-        for (int64_t c = 0; c < n; c++) {
-          tpu_store_f64(j->out->data, j->out->dtype, pos.off[2] + r * m->o_row + c * m->o_col, NAN);
-        }
-      }
+      fill_matrix(j->out, pos.off[2], rows + n + 1, n, m->o_row, m->o_col, NAN);
     }
     tpu_loop_step(&m->batch, m->batch.rank, &pos);
   }
