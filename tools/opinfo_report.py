@@ -2,6 +2,7 @@
 and prints passed / failed / skipped, plus how many passing ops ran fully natively.
 
 Run:  .venv/bin/python tools/opinfo_report.py [--dtypes float32,bfloat16] [--limit N]
+      [--verbose] (each failure) [--fallbacks] (the ops each passing OpInfo sent to the CPU)
 An op "passes" when every sample matches CPU; "native" when it also used no CPU fallback.
 Random ops are skipped (their numbers differ from the CPU's by design).
 """
@@ -30,6 +31,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--trace", action="store_true", help="print each op before running it")
+    parser.add_argument("--fallbacks", action="store_true",
+                        help="print the ops each passing OpInfo sent to the CPU fallback")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torchtpu.set_fallback_mode("silent")
@@ -57,8 +60,11 @@ def main() -> None:
                     print(f"FAIL {name} {dtype}: {type(e).__name__}: {str(e)[:200]}")
                 continue
             counts["passed"] += 1
-            if not torchtpu.fallback_stats():
+            fell_back = torchtpu.fallback_stats()
+            if not fell_back:
                 counts["native"] += 1
+            elif args.fallbacks:
+                print(f"FALLBACK {name} {dtype}: {' '.join(sorted(fell_back))}")
     print(f"op_db: {len(ops)} OpInfos x {len(dtypes)} dtypes in {time.time() - start:.0f} s")
     print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
           f"({counts['native']} of the passed ran with no CPU fallback)")

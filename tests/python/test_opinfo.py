@@ -44,7 +44,7 @@ SUBSET = {
     "linalg.lu_factor_ex", "linalg.lu_solve", "linalg.lu", "lu_unpack", "linalg.qr", "qr",
     "geqrf", "linalg.householder_product", "ormqr", "linalg.eigh", "linalg.eigvalsh",
     "histc", "linalg.svd", "svd", "linalg.svdvals", "linalg.pinv", "linalg.matrix_rank",
-    "linalg.cond",
+    "linalg.cond", "addbmm", "cholesky", "kthvalue",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
@@ -55,6 +55,7 @@ VARIANTS |= {("index_reduce", r) for r in ("prod", "mean", "amax", "amin")}
 VARIANTS |= {("polygamma", "polygamma_n_0"), ("polygamma", "polygamma_n_1"),
              ("special.polygamma", "special_polygamma_n_0")}
 VARIANTS |= {("mvlgamma", f"mvlgamma_p_{p}") for p in (1, 3, 5)}
+VARIANTS |= {("max", "reduction_with_dim"), ("min", "reduction_with_dim")}
 OPS = [op for op in op_db
        if (op.name in SUBSET and op.variant_test_name == "") or (op.name, op.variant_test_name) in VARIANTS]
 

@@ -6,9 +6,15 @@
 //   _efficientzerotensor   the zeros that autograd formulas (sgn, ...) use for a zero
 //                          gradient; a plain zero-filled tensor, which behaves the same to
 //                          every reader (the storage-free ZeroTensor is an optimization)
+//   cholesky               the deprecated torch.cholesky as the CPU computes it:
+//                          linalg_cholesky_ex, then its info checked under the name
+//                          "cholesky" (one synchronizing read, as torch.linalg.cholesky);
+//                          f32/f64 only, other dtypes take the fallback (the CPU's error)
 #include <ATen/ATen.h>
+#include <ATen/native/Resize.h>
 #include <torch/library.h>
 
+#include "eager.h"
 #include "native.h"
 
 namespace torchtpu {
@@ -27,9 +33,43 @@ at::Tensor tpu_efficientzerotensor(c10::SymIntArrayRef size, std::optional<at::S
   return at::zeros_symint(size, at::TensorOptions().dtype(dtype).layout(layout).device(device).pinned_memory(pin_memory));
 }
 
+// cholesky(self, upper) and cholesky.out(self, upper, *, out)
+void cholesky_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  const size_t num_args = op.schema().arguments().size();
+  const at::Tensor self = torch::jit::peek(*stack, 0, num_args).toTensor();
+  const at::ScalarType t = self.scalar_type();
+  if (native_disabled() || (t != at::kFloat && t != at::kDouble)) {
+    run_cpu_fallback(op, stack);
+    return;
+  }
+  TORCH_WARN_ONCE(
+      "torch.cholesky is deprecated in favor of torch.linalg.cholesky and will be removed in a "
+      "future PyTorch release.\nL = torch.cholesky(A)\nshould be replaced with\n"
+      "L = torch.linalg.cholesky(A)\nand\nU = torch.cholesky(A, upper=True)\nshould be "
+      "replaced with\nU = torch.linalg.cholesky(A).mH\nThis transform will produce "
+      "equivalent results for all valid (symmetric positive definite) inputs.");
+  TORCH_CHECK(self.dim() >= 2, "cholesky: The input tensor A must have at least 2 dimensions.");
+  TORCH_CHECK(self.size(-1) == self.size(-2),
+              "cholesky: A must be batches of square matrices, but they are ", self.size(-2),
+              " by ", self.size(-1), " matrices");
+  const bool upper = torch::jit::peek(*stack, 1, num_args).toBool();
+  auto [factor, info] = at::linalg_cholesky_ex(self, upper, /*check_errors=*/false);
+  at::_linalg_check_errors(info, "cholesky", self.dim() == 2);
+  if (num_args == 3) {  // cholesky.out
+    at::Tensor out = torch::jit::peek(*stack, 2, num_args).toTensor();
+    at::native::resize_output(out, factor.sizes());
+    out.copy_(factor);
+    factor = out;
+  }
+  torch::jit::drop(*stack, num_args);
+  torch::jit::push(*stack, std::move(factor));
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("equal", TORCH_FN(tpu_equal));
   m.impl("_efficientzerotensor", TORCH_FN(tpu_efficientzerotensor));
+  m.impl("cholesky", torch::CppFunction::makeFromBoxedFunction<&cholesky_kernel>());
+  m.impl("cholesky.out", torch::CppFunction::makeFromBoxedFunction<&cholesky_kernel>());
 }
 
 }  // namespace

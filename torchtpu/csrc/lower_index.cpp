@@ -340,13 +340,14 @@ tpu_value_t true_positions(LowerCtx &ctx, tpu_value_t mask) {
   return bin(ctx, TPU_OP_SUB, tpu_graph_scan(ctx.g, TPU_REDUCE_SUM, m, 0), full(ctx.g, TPU_I64, s, 1));
 }
 
-// masked_scatter_(self, mask, source): the Trues of mask (broadcast to self), in row-major
+// masked_scatter_(self, mask, source): the Trues of mask (broadcast to self; masked_scatter
+// broadcasts self and mask to each other), in row-major
 // order, take source's elements in order; positions come from a prefix sum of the mask, so
 // the graph has no data-dependent shape. Too small a source is an out-of-range IndexError.
 void masked_scatter(LowerCtx &ctx) {
   tpu_shape_t out = ctx.out_shape();
   tpu_dtype_t dt = ctx.out_dtype();
-  tpu_value_t x = convert(ctx.g, ctx.v(0), dt);
+  tpu_value_t x = broadcast_to(ctx.g, convert(ctx.g, ctx.v(0), dt), out);  // masked_scatter expands self
   tpu_value_t mask = broadcast_to(ctx.g, ctx.v(1), out);
   tpu_value_t src = flatten(ctx, convert(ctx.g, ctx.v(2), dt));
   if (numel(out) == 0 || numel(shape_of(ctx.g, src)) == 0) throw Unsupported("masked_scatter with nothing to scatter");

@@ -1,4 +1,4 @@
-// lower_matmul.cpp: lowerings of the MXU ops: mm, bmm, addmm, baddbmm, mv, dot.
+// lower_matmul.cpp: lowerings of the MXU ops: mm, bmm, addmm, baddbmm, addbmm, mv, dot.
 //
 // Each is one dot_general at the current precision (torch.tpu.precision): f32 operands
 // take 1/3/6 bf16 passes, bf16 operands one pass; accumulation is f32. Epilogues (beta *
@@ -61,11 +61,10 @@ void linalg_cross(LowerCtx &ctx) {
   ctx.results = {tpu_graph_concatenate(ctx.g, parts, 3, dim)};
 }
 
-// beta * self + alpha * (m1 @ m2); args (self, m1, m2, beta, alpha)
-void add_product(LowerCtx &ctx, int batch) {
-  tpu_dtype_t dt = product_dtype(ctx);
+// beta * self + alpha * |p| (the product of args 1 and 2, in dtype |dt|); args (self, m1,
+// m2, beta, alpha)
+void add_scaled(LowerCtx &ctx, tpu_value_t p, tpu_dtype_t dt) {
   tpu_shape_t shape = ctx.out_shape();
-  tpu_value_t p = matmul(ctx, ctx.v(1), ctx.v(2), batch, dt);
   tpu_value_t alpha = broadcast_to(ctx.g, convert(ctx.g, ctx.v(4), dt), shape);
   tpu_value_t beta = broadcast_to(ctx.g, convert(ctx.g, ctx.v(3), dt), shape);
   tpu_value_t self = broadcast_to(ctx.g, convert(ctx.g, ctx.v(0), dt), shape);
@@ -76,8 +75,25 @@ void add_product(LowerCtx &ctx, int batch) {
                                        zero, tpu_graph_binary(ctx.g, TPU_OP_MUL, self, beta));
   ctx.results = {tpu_graph_binary(ctx.g, TPU_OP_ADD, scaled, bself)};
 }
+void add_product(LowerCtx &ctx, int batch) {
+  tpu_dtype_t dt = product_dtype(ctx);
+  add_scaled(ctx, matmul(ctx, ctx.v(1), ctx.v(2), batch, dt), dt);
+}
 void addmm_out(LowerCtx &ctx) { add_product(ctx, 0); }
 void baddbmm_out(LowerCtx &ctx) { add_product(ctx, 1); }
+
+// addbmm(self, batch1 [B, M, K], batch2 [B, K, N], beta, alpha): the sum over b of
+// batch1[b] @ batch2[b] is one dot_general contracting both b and k
+void addbmm(LowerCtx &ctx) {
+  tpu_dtype_t dt = product_dtype(ctx);
+  tpu_dot_attrs_t d{};
+  d.num_contract = 2;
+  d.lhs_contract[0] = d.rhs_contract[0] = 0;
+  d.lhs_contract[1] = 2;
+  d.rhs_contract[1] = 1;
+  d.precision = ctx.precision;
+  add_scaled(ctx, tpu_graph_dot_general(ctx.g, ctx.v(1), ctx.v(2), &d, dt), dt);
+}
 
 LoweringRegistrar registrar({
     {"mm.out", mm_out},
@@ -89,6 +105,8 @@ LoweringRegistrar registrar({
     {"linalg_cross.out", linalg_cross},
     {"addmm.out", addmm_out},
     {"baddbmm.out", baddbmm_out},
+    {"addbmm", addbmm},
+    {"addbmm.out", addbmm},
     {"addmv.out", addmm_out},
 });
 

@@ -65,8 +65,17 @@ void log_softmax_backward_out(LowerCtx &ctx) {  // g - exp(y) * sum(g)
 
 // ---- gathers ------------------------------------------------------------------------------
 
-void index_select(LowerCtx &ctx) {  // (self, dim, index)
-  tpu_value_t r = gather_slices(ctx.g, ctx.v(0), ctx.arg(1).toInt(), ctx.v(2));
+// (self, dim, index); a 0-d self is gathered from as a 1-element vector (the meta kernel
+// checked that the index has one element; the gather checks its value)
+void index_select(LowerCtx &ctx) {
+  tpu_value_t x = ctx.v(0);
+  int64_t dim = ctx.arg(1).toInt();
+  if (shape_of(ctx.g, x).rank == 0) {
+    const tpu_shape_t one{1, {1}};
+    x = tpu_graph_reshape(ctx.g, x, &one);
+    dim = 0;
+  }
+  tpu_value_t r = gather_slices(ctx.g, x, dim, ctx.v(2));
   tpu_shape_t out = ctx.out_shape();
   ctx.results = {tpu_graph_reshape(ctx.g, r, &out)};
 }

@@ -56,9 +56,14 @@ void amax_out(LowerCtx &ctx) { extreme(ctx, TPU_REDUCE_MAX); }
 void amin_out(LowerCtx &ctx) { extreme(ctx, TPU_REDUCE_MIN); }
 
 // max.dim_max / min.dim_min(self, dim, keepdim) -> (values, indices)
+// (a 0-d self, whose dim the meta kernel checked: its one element, at index 0)
 void extreme_dim(LowerCtx &ctx, tpu_reduce_kind_t kind, tpu_reduce_kind_t arg_kind) {
   int64_t dim = ctx.arg(1).toInt();
   bool keep = bool_arg(ctx, 2);
+  if (shape_of(ctx.g, ctx.v(0)).rank == 0) {
+    ctx.results = {ctx.v(0), full(ctx.g, TPU_I64, ctx.out_shape(1), 0)};
+    return;
+  }
   ctx.results = {reduce_dims(ctx.g, kind, ctx.v(0), {dim}, keep),
                  reduce_dims(ctx.g, arg_kind, ctx.v(0), {dim}, keep)};
 }

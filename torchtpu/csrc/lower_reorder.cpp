@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "native.h"
+#include "lower_ew.h"
 
 namespace torchtpu {
 namespace {
@@ -64,11 +64,15 @@ void pick_sorted(LowerCtx &ctx, int64_t dim, int64_t k, const tpu_shape_t &out) 
   }
 }
 
-// kthvalue(self, k, dim, keepdim) -> (values, indices): NaN counts as the largest value.
+// kthvalue(self, k, dim, keepdim) -> (values, indices): NaN counts as the largest value. A
+// 0-d self (k == 1: the meta kernel checked it) is its own kthvalue, at index 0.
 void kthvalue(LowerCtx &ctx) {
   tpu_value_t x = ctx.v(0);
   tpu_shape_t xs = shape_of(ctx.g, x);
-  if (xs.rank == 0) throw Unsupported("kthvalue of a scalar");
+  if (xs.rank == 0) {
+    ctx.results = {x, full(ctx.g, TPU_I64, ctx.out_shape(1), 0)};
+    return;
+  }
   int64_t dim = wrap_dim(ctx.arg(2).toInt(), xs.rank);
   sort_impl(ctx, dim, false);
   pick_sorted(ctx, dim, ctx.arg(1).toInt() - 1, ctx.out_shape(0));  // out: keepdim or not
@@ -316,8 +320,7 @@ tpu_value_t searched_points(tpu_graph_t *g, tpu_value_t seq, tpu_value_t values,
 // dims as values): the count of boundaries b with !(b >= v) (left; the CPU's lower bound)
 // or !(b > v) (right), so a NaN value lands past the end as in the CPU's binary search.
 // Short rows: one compare of every value with every boundary, then a sum; longer ones (or
-// values x boundaries above 2^26): a binary search (searched_points). A sorter is left to
-// the CPU.
+// values x boundaries above 2^26): a binary search (searched_points).
 tpu_value_t insertion_points(LowerCtx &ctx, tpu_value_t seq, tpu_value_t values, bool right,
                              bool out_int32) {
   tpu_shape_t ss = shape_of(ctx.g, seq), vs = shape_of(ctx.g, values);
@@ -346,12 +349,40 @@ tpu_value_t insertion_points(LowerCtx &ctx, tpu_value_t seq, tpu_value_t values,
   return reduce_dims(ctx.g, TPU_REDUCE_SUM, before, {static_cast<int64_t>(cs.rank - 1)}, false);
 }
 
-// searchsorted.Tensor(sorted_sequence, self, *, out_int32, right, side, sorter)
+// |seq| in the order |sorter| (int64, seq's shape: the meta kernel checked it) gives along
+// its last dim: one gather from the flattened rows. A sorter index outside the row is the
+// gather's out-of-range IndexError (the CPU raises a RuntimeError; CUDA does not check).
+tpu_value_t sorted_by(LowerCtx &ctx, tpu_value_t seq, tpu_value_t sorter) {
+  if (dtype_of(ctx.g, sorter) != TPU_I64) throw Unsupported("searchsorted with a non-int64 sorter");
+  const tpu_shape_t ss = shape_of(ctx.g, seq);
+  const int64_t n = numel(ss), row = ss.dims[ss.rank - 1];
+  if (n == 0) return seq;
+  const tpu_shape_t flat{1, {n}};
+  Ew I{ctx.g, TPU_I64, flat};
+  tpu_value_t p = tpu_graph_iota(ctx.g, TPU_I64, &flat, 0);
+  tpu_value_t row_start = I.mul(I.div(p, I.k(row)), I.k(row));
+  tpu_value_t i = tpu_graph_reshape(ctx.g, sorter, &flat);
+  tpu_value_t outside = I.k(static_cast<double>(n));  // an index outside the row reads past the end
+  tpu_value_t at = I.sel(I.cmp(TPU_CMP_LT, i, I.k(0)), outside,
+                         I.sel(I.cmp(TPU_CMP_GE, i, I.k(row)), outside, I.add(row_start, i)));
+  tpu_value_t v = gather_slices(ctx.g, tpu_graph_reshape(ctx.g, seq, &flat), 0, at);
+  return tpu_graph_reshape(ctx.g, v, &ss);
+}
+
+// searchsorted.Tensor(sorted_sequence, self, *, out_int32, right, side, sorter) and
+// searchsorted.Scalar (self a number, converted to the sequence's float dtype as the CPU's
+// type promotion does; integer sequences take the fallback)
 void searchsorted(LowerCtx &ctx) {
-  if (!ctx.arg(5).isNone()) throw Unsupported("searchsorted with a sorter");
   bool right = ctx.arg(3).toBool();
   if (!ctx.arg(4).isNone()) right = ctx.arg(4).toStringRef() == "right";
-  ctx.results = {insertion_points(ctx, ctx.v(0), ctx.v(1), right, ctx.arg(2).toBool())};
+  tpu_value_t seq = ctx.v(0), values = ctx.v(1);
+  if (!ctx.arg(5).isNone()) seq = sorted_by(ctx, seq, ctx.v(5));
+  if (ctx.arg(1).isScalar()) {
+    const tpu_dtype_t dt = dtype_of(ctx.g, seq);
+    if (!tpu_dtype_is_float(dt)) throw Unsupported("searchsorted.Scalar of an integer sequence");
+    values = convert(ctx.g, values, dt);
+  }
+  ctx.results = {insertion_points(ctx, seq, values, right, ctx.arg(2).toBool())};
 }
 
 // bucketize.Tensor(self, boundaries, *, out_int32, right): searchsorted(boundaries, self)
@@ -362,6 +393,8 @@ void bucketize(LowerCtx &ctx) {
 LoweringRegistrar registrar({
     {"searchsorted.Tensor", searchsorted},
     {"searchsorted.Tensor_out", searchsorted},
+    {"searchsorted.Scalar", searchsorted},
+    {"searchsorted.Scalar_out", searchsorted},
     {"bucketize.Tensor", bucketize},
     {"bucketize.Tensor_out", bucketize},
     {"channel_shuffle", channel_shuffle},
