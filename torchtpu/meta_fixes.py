@@ -14,8 +14,15 @@ size their own), and compile mode traces with fake tensors, which use the same k
   tensors"). `install` registers one with the CPU's result layout (batches of column-major
   matrices, LAPACK's) and its rank check; dtypes are left to the kernel that runs, as the
   CPU's NotImplementedError names the device.
+* grid_sampler_2d's meta kernel is its decomposition, which checks the grid's last dimension
+  with `raise AssertionError` and the batch sizes not at all (a reshape fails instead), and
+  grid_sampler_3d's checks print sizes as torch.Size([...]). `install` puts the CPU's checks
+  and messages (check_grid_sampler_common, check_grid_sampler_2d) in front of both.
 """
+import functools
+
 import torch
+import torch._decomp.decompositions as decompositions
 import torch._meta_registrations as meta_registrations
 from torch._prims_common import make_contiguous_strides_for
 
@@ -65,6 +72,43 @@ def geqrf_meta(input):
     return a, input.new_empty((*batch, min(m, n)))
 
 
+def _sizes(t):
+    return "[" + ", ".join(str(int(d)) for d in t.shape) + "]"
+
+
+def check_grid_sampler_common(input, grid):
+    """PyTorch's check_grid_sampler_common with the CPU's messages."""
+    torch._check(input.device == grid.device,
+                 lambda: f"grid_sampler(): expected input and grid to be on same device, but input "
+                         f"is on {input.device} and grid is on {grid.device}")
+    torch._check(input.layout == torch.strided and grid.layout == torch.strided,
+                 lambda: f"grid_sampler(): expected input and grid to have torch.strided layout, but "
+                         f"input has {input.layout} and grid has {grid.layout}")
+    torch._check(input.shape[0] == grid.shape[0],
+                 lambda: f"grid_sampler(): expected grid and input to have same batch size, but got "
+                         f"input with sizes {_sizes(input)} and grid with sizes {_sizes(grid)}")
+    torch._check(grid.shape[-1] == input.ndim - 2,
+                 lambda: f"grid_sampler(): expected grid to have size {input.ndim - 2} in last "
+                         f"dimension, but got grid with sizes {_sizes(grid)}")
+    for i in range(2, input.ndim):
+        torch._check(input.shape[i] > 0,
+                     lambda: f"grid_sampler(): expected input to have non-empty spatial dimensions, "
+                             f"but input has sizes {_sizes(input)} with dimension {i} being empty")
+
+
+def checked_grid_sampler_2d(decomposition):
+    """grid_sampler_2d's decomposition behind the CPU's checks."""
+    @functools.wraps(decomposition)
+    def grid_sampler_2d(a, grid, *args, **kwargs):
+        check_grid_sampler_common(a, grid)
+        torch._check(a.ndim == 4 and a.ndim == grid.ndim,
+                     lambda: f"grid_sampler(): expected 4D input and grid with same number of dimensions, "
+                             f"but got input with sizes {_sizes(a)} and grid with sizes {_sizes(grid)}")
+        return decomposition(a, grid, *args, **kwargs)
+    grid_sampler_2d.checked = True
+    return grid_sampler_2d
+
+
 def install() -> None:
     """Idempotent; changes nothing if this PyTorch has no such check or has its own
     geqrf meta kernel."""
@@ -73,6 +117,11 @@ def install() -> None:
         meta_registrations.rnn_cell_checkSizes = rnn_cell_check_sizes
     if hasattr(meta_registrations, "squareCheckInputs"):
         meta_registrations.squareCheckInputs = square_check_inputs
+    if hasattr(meta_registrations, "check_grid_sampler_common"):
+        meta_registrations.check_grid_sampler_common = check_grid_sampler_common
+    original = getattr(decompositions, "_grid_sampler_2d", None)
+    if original is not None and not getattr(original, "checked", False):
+        decompositions._grid_sampler_2d = checked_grid_sampler_2d(original)
     if _library is None and not torch._C._dispatch_has_kernel_for_dispatch_key(
             "aten::geqrf", "Meta"):
         _library = torch.library.Library("aten", "IMPL")
