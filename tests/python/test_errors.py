@@ -108,7 +108,7 @@ try:
     R["stage"] = "import"
     x = torch.zeros(2, device="tpu")
     R["stage"] = "first_use"
-    torch.special.bessel_j0(x)
+    torch.special.airy_ai(x)
     R["stage"] = "fallback_op"
     import torchtpu
     R["mode"] = torchtpu.get_fallback_mode()
@@ -160,16 +160,16 @@ out = {"mode": torchtpu.get_fallback_mode()}
 x = torch.rand(8, device="tpu") + 0.5
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
-    a = torch.special.bessel_j0(x)
-    b = torch.special.bessel_j0(x)
+    a = torch.special.airy_ai(x)
+    b = torch.special.airy_ai(x)
     for _ in range(3):
-        torch.special.bessel_j1(x)
+        torch.special.ndtri(x)
 out["warnings"] = [[c.category.__name__, str(c.message)] for c in w]
 out["stats"] = torchtpu.fallback_stats()
-out["equal"] = torch.equal(a.cpu(), torch.special.bessel_j0(x.cpu())) and torch.equal(a.cpu(), b.cpu())
+out["equal"] = torch.equal(a.cpu(), torch.special.airy_ai(x.cpu())) and torch.equal(a.cpu(), b.cpu())
 torchtpu.reset_fallback_stats()
 out["after_reset"] = torchtpu.fallback_stats()
-torch.special.bessel_j0(x)
+torch.special.airy_ai(x)
 out["after_one_more"] = torchtpu.fallback_stats()
 emit(out)
 """
@@ -183,11 +183,11 @@ out = {"mode": torchtpu.get_fallback_mode()}
 x = torch.rand(8, device="tpu") + 0.5
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
-    a = torch.special.bessel_j0(x)
-    torch.special.bessel_j0(x)
+    a = torch.special.airy_ai(x)
+    torch.special.airy_ai(x)
 out["warnings"] = [str(c.message) for c in w]
 out["stats"] = torchtpu.fallback_stats()
-out["equal"] = torch.equal(a.cpu(), torch.special.bessel_j0(x.cpu()))
+out["equal"] = torch.equal(a.cpu(), torch.special.airy_ai(x.cpu()))
 emit(out)
 """
 
@@ -201,14 +201,14 @@ x = c.to("tpu")                                 # structural ops work in error m
 out["structural"] = [x.cpu().tolist(), x.view(2, 2)[1].cpu().tolist(), x[2].item(),
                      x[::2].cpu().tolist()]
 try:
-    torch.special.bessel_j0(x)
+    torch.special.airy_ai(x)
     out["raised"] = None
 except Exception as e:
     out["raised"] = [type(e).__name__, str(e)]
 out["after"] = [x.cpu().tolist(), torch.empty(3, device="tpu").shape[0]]
 torchtpu.set_fallback_mode("warn")
 out["mode_after_set"] = torchtpu.get_fallback_mode()
-out["fallback_works"] = torch.equal(torch.special.bessel_j0(x).cpu(), torch.special.bessel_j0(c))
+out["fallback_works"] = torch.equal(torch.special.airy_ai(x).cpu(), torch.special.airy_ai(c))
 emit(out)
 """
 
@@ -225,25 +225,25 @@ def mode_runs():
 def test_warn_mode_warns_once_per_op_and_counts_calls(mode_runs, which):
     out = check_json(mode_runs[which])
     assert out["mode"] == "warn"
-    j0 = [w for w in out["warnings"] if "special_bessel_j0" in w[1]]
-    j1 = [w for w in out["warnings"] if "special_bessel_j1" in w[1]]
+    j0 = [w for w in out["warnings"] if "special_airy_ai" in w[1]]
+    j1 = [w for w in out["warnings"] if "special_ndtri" in w[1]]
     assert len(j0) == 1, out["warnings"]
     assert len(j1) == 1, out["warnings"]
     for category, msg in j0 + j1:
         assert category == "UserWarning"
         assert "tpu" in msg.lower()
     assert out["equal"]
-    assert fallback_ops(out["stats"], "special_bessel_j0") == 2, out["stats"]
-    assert fallback_ops(out["stats"], "special_bessel_j1") == 3, out["stats"]
+    assert fallback_ops(out["stats"], "special_airy_ai") == 2, out["stats"]
+    assert fallback_ops(out["stats"], "special_ndtri") == 3, out["stats"]
     assert sum(out["after_reset"].values()) == 0
-    assert fallback_ops(out["after_one_more"], "special_bessel_j0") == 1
+    assert fallback_ops(out["after_one_more"], "special_airy_ai") == 1
 
 
 def test_silent_mode_counts_without_warning(mode_runs):
     out = check_json(mode_runs["silent"])
     assert out["mode"] == "silent"
-    assert not [m for m in out["warnings"] if "bessel" in m], out["warnings"]
-    assert fallback_ops(out["stats"], "special_bessel_j0") == 2
+    assert not [m for m in out["warnings"] if "airy" in m], out["warnings"]
+    assert fallback_ops(out["stats"], "special_airy_ai") == 2
     assert out["equal"]
 
 
@@ -254,7 +254,7 @@ def test_error_mode_from_env(mode_runs):
     assert out["raised"] is not None, "a fallback op ran in error mode"
     kind, msg = out["raised"]
     assert kind == "NotImplementedError", out["raised"]
-    assert "special_bessel_j0" in msg, msg
+    assert "special_airy_ai" in msg, msg
     assert out["after"] == [[0.5, 1.5, 2.5, 3.5], 3]
     assert out["mode_after_set"] == "warn"
     assert out["fallback_works"]
@@ -267,17 +267,17 @@ def test_set_fallback_mode_in_process():
     try:
         torchtpu.set_fallback_mode("error")
         assert torchtpu.get_fallback_mode() == "error"
-        with pytest.raises(NotImplementedError, match="special_bessel_y0"):
-            torch.special.bessel_y0(x)
+        with pytest.raises(NotImplementedError, match="special_airy_ai"):
+            torch.special.airy_ai(x)
         assert torch.equal(x.view(2, 3).cpu(), x.cpu().view(2, 3))   # structural ops still work
 
         torchtpu.set_fallback_mode("silent")
         assert torchtpu.get_fallback_mode() == "silent"
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            r = torch.special.bessel_j1(x)
-        assert not [c for c in w if "bessel_j1" in str(c.message)]
-        assert torch.equal(r.cpu(), torch.special.bessel_j1(x.cpu()))
+            r = torch.special.airy_ai(x)
+        assert not [c for c in w if "airy_ai" in str(c.message)]
+        assert torch.equal(r.cpu(), torch.special.airy_ai(x.cpu()))
 
         with pytest.raises((ValueError, RuntimeError)):
             torchtpu.set_fallback_mode("loud")
@@ -285,5 +285,5 @@ def test_set_fallback_mode_in_process():
     finally:
         torchtpu.set_fallback_mode(old)
     assert torchtpu.get_fallback_mode() == "warn"
-    assert torch.equal(torch.special.bessel_y0(x).cpu(), torch.special.bessel_y0(x.cpu()))
+    assert torch.equal(torch.special.airy_ai(x).cpu(), torch.special.airy_ai(x.cpu()))
     assert_device_works()

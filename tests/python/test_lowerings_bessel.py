@@ -1,9 +1,11 @@
-"""The lowerings of torchtpu/csrc/lower_bessel.cpp: the modified Bessel functions (i0, i0e,
-i1, i1e and the special.modified_bessel / scaled_modified_bessel family) run natively and
-match the CPU, which computes the same Cephes series (bessel_coefficients.h) in the same
-order: to a few float32 ulps (exp, log and sqrt may round differently) and to 1e-14 in
-float64, over both ranges of each series, their boundaries, zero, infinities, NaN and
-negative numbers; gradients; half precision and integers; torch.kaiser_window, built on i0.
+"""The lowerings of torchtpu/csrc/lower_bessel.cpp and lower_bessel_jy.cpp: the modified
+Bessel functions (i0, i0e, i1, i1e and the special.modified_bessel / scaled_modified_bessel
+family) and special.bessel_j0/j1/y0/y1 and spherical_bessel_j0 run natively and match the
+CPU, which computes the same Cephes series and rationals (bessel_coefficients.h) in the same
+order: to a few float32 ulps (exp, log, sin, cos and sqrt may round differently; near a zero
+of Y an absolute 1e-6) and to 1e-14 in float64, over both ranges of each, their boundaries,
+zero, infinities, NaN and negative numbers; gradients; half precision and integers;
+torch.kaiser_window, built on i0.
 """
 import pytest
 import torch
@@ -20,6 +22,12 @@ MODIFIED = [SPECIAL.modified_bessel_i0, SPECIAL.modified_bessel_i1, SPECIAL.modi
 POINTS = [0.0, 1e-30, 1e-6, 0.3, 1.0, 1.999, 2.0, 2.001, 5.5, 7.999, 8.0, 8.001, 20.0, 85.0,
           88.0, 100.0, 700.0, 1e10, float("inf"), float("nan")]
 TOL = {torch.float32: dict(rtol=4e-6, atol=0), torch.float64: dict(rtol=1e-14, atol=0)}
+JY = [SPECIAL.bessel_j0, SPECIAL.bessel_j1, SPECIAL.bessel_y0, SPECIAL.bessel_y1,
+      SPECIAL.spherical_bessel_j0]
+# the two ranges of J and Y (5), J0's tiny-argument form (1e-5), the spherical one's (0.5)
+JY_POINTS = [0.0, 1e-6, 1e-5, 3e-5, 0.3, 0.499, 0.5, 1.0, 2.404825557695773, 4.999, 5.0,
+             5.001, 10.0, 30.0, 100.0, 1000.0, float("inf"), float("nan")]
+JY_TOL = {torch.float32: dict(rtol=2e-5, atol=1e-6), torch.float64: dict(rtol=1e-13, atol=1e-15)}
 
 
 def points(dtype):
@@ -33,6 +41,23 @@ def test_matches_cpu(fn, dtype):
     x = points(dtype)
     got = no_fallback(lambda: fn(tpu(x)))
     torch.testing.assert_close(got.cpu(), fn(x), equal_nan=True, **TOL[dtype])
+
+
+@pytest.mark.parametrize("fn", JY, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_first_and_second_kind_match_cpu(fn, dtype):
+    x = torch.tensor(JY_POINTS, dtype=dtype)
+    x = torch.cat([x, -x, torch.linspace(-30, 30, 601, dtype=dtype)])
+    got = no_fallback(lambda: fn(tpu(x)))
+    torch.testing.assert_close(got.cpu(), fn(x), equal_nan=True, **JY_TOL[dtype])
+
+
+@pytest.mark.parametrize("fn", JY, ids=lambda f: f.__name__)
+def test_first_and_second_kind_of_integers(fn):
+    x = torch.arange(-6, 7)
+    got = no_fallback(lambda: fn(tpu(x)))
+    assert got.dtype == fn(x).dtype
+    torch.testing.assert_close(got.cpu(), fn(x), equal_nan=True, **JY_TOL[torch.float32])
 
 
 @pytest.mark.parametrize("fn", I_FAMILY, ids=lambda f: f.__name__)
@@ -66,7 +91,7 @@ def test_integers_promote_to_float32(fn):
 
 def test_modified_family_in_half_precision_is_the_cpus_behaviour():
     x = torch.ones(3, dtype=torch.bfloat16)
-    for fn in MODIFIED:
+    for fn in MODIFIED + JY:
         try:
             want = fn(x)
         except Exception as e:  # noqa: BLE001 - whatever the CPU raises

@@ -48,7 +48,8 @@ SUBSET = {
     "special.i1e", "special.modified_bessel_i0", "special.modified_bessel_i1",
     "special.modified_bessel_k0", "special.modified_bessel_k1",
     "special.scaled_modified_bessel_k0", "special.scaled_modified_bessel_k1",
-    "signal.windows.kaiser",
+    "signal.windows.kaiser", "special.bessel_j0", "special.bessel_j1", "special.bessel_y0",
+    "special.bessel_y1", "special.spherical_bessel_j0",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
