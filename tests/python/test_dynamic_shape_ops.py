@@ -2,7 +2,7 @@
 count (dynamic_shape_ops.cpp): torch.nonzero (and what is built on it: argwhere,
 torch.where(cond), nonzero(as_tuple=True)), torch.masked_select, boolean-mask indexing
 x[mask] and x[mask] = values, and their gradients; torch.unique and unique_consecutive
-(inverse, counts),
+(inverse, counts; unique_ops.cpp, whose dim= cases test_unique_dim.py covers),
 torch.bincount, torch.repeat_interleave with a tensor of repeats. Each is compared with PyTorch on CPU on
 the same inputs and checked not to use the CPU fallback; moving values is exact, so results
 match bit for bit. Printing a tpu tensor (PyTorch's formatter calls masked_select) no longer

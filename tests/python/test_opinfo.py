@@ -37,7 +37,7 @@ SUBSET = {
     "nn.functional.adaptive_avg_pool3d", "nn.functional.adaptive_max_pool3d", "nn.functional.unfold",
     "nn.functional.max_unpool1d", "nn.functional.max_unpool2d", "nn.functional.max_unpool3d",
     "nn.functional.grid_sample", "grid_sampler_2d", "grid_sampler_3d", "nonzero", "masked_select", "argwhere",
-    "unique", "bincount", "repeat_interleave", "searchsorted", "bucketize", "median", "nanmedian",
+    "unique", "unique_consecutive", "bincount", "repeat_interleave", "searchsorted", "bucketize", "median", "nanmedian",
     "linalg.cholesky", "linalg.cholesky_ex", "linalg.solve_triangular", "triangular_solve",
     "cholesky_solve", "cholesky_inverse", "linalg.solve", "linalg.solve_ex", "linalg.inv",
     "linalg.inv_ex", "linalg.det", "det", "linalg.slogdet", "logdet", "linalg.lu_factor",

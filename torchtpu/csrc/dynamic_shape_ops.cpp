@@ -6,8 +6,7 @@
 //                    from a cumsum of the mask, its flat index scattered there (the others
 //                    to one spare slot past the end, dropped), then unravelled per dim
 //   masked_select    the same flat indices, then one native index_select
-//   unique           sorted, the first of each run of equal values kept (_unique2), and
-//                    unique_consecutive (the same without the sort; not with dim=)
+//   unique           torch.unique and unique_consecutive, flat and along a dim: unique_ops.cpp
 //   bincount         the largest value read back, then a scatter-add into that many bins
 //   repeat_interleave (with a tensor of repeats) the total read back, then the running
 //                    sum of a 1 at each index's first slot
@@ -25,9 +24,7 @@
 #include "native.h"
 
 namespace torchtpu {
-namespace {
 
-// Flat indices (int64, ascending) of the true elements of the 1-D bool |mask|.
 at::Tensor true_indices(const at::Tensor &mask) {
   const at::TensorOptions longs = mask.options().dtype(at::kLong);
   if (mask.numel() == 0) return at::empty({0}, longs);
@@ -37,6 +34,8 @@ at::Tensor true_indices(const at::Tensor &mask) {
   out.scatter_(0, slot, at::arange(mask.numel(), longs));
   return out.narrow(0, 0, n);
 }
+
+namespace {
 
 at::Tensor tpu_nonzero(const at::Tensor &self) {
   at::Tensor flat = self.reshape(-1);
@@ -61,62 +60,6 @@ at::Tensor tpu_masked_select(const at::Tensor &self, const at::Tensor &mask) {
   if (c10::multiply_integers(shape) == 0) return at::empty({0}, self.options());
   at::Tensor values = self.expand(shape).reshape(-1);
   return values.index_select(0, true_indices(mask.expand(shape).reshape(-1)));
-}
-
-// The runs of equal neighbours in |self| taken in the order of the flat |values| (self
-// sorted, with the sort's permutation |perm|; or self itself, |perm| undefined): each run's
-// first value kept (NaN is unequal to itself, so every NaN is its own run, as on the CPU),
-// the inverse the run number of each element of self, the counts the gaps between run
-// starts. Not requested: empty int64 tensors, as on the CPU.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> runs(const at::Tensor &self, const at::Tensor &values,
-                                                    const at::Tensor &perm, bool return_inverse,
-                                                    bool return_counts) {
-  const at::TensorOptions longs = self.options().dtype(at::kLong);
-  const int64_t n = self.numel();
-  at::Tensor inverse = at::empty({return_inverse ? n : 0}, longs);
-  at::Tensor counts = at::empty({0}, longs);
-  if (n == 0) {
-    return {at::empty({0}, self.options()), return_inverse ? inverse.reshape(self.sizes()) : inverse,
-            counts};
-  }
-  at::Tensor first = at::ones({n}, self.options().dtype(at::kBool));
-  if (n > 1) first.narrow(0, 1, n - 1).copy_(values.narrow(0, 1, n - 1).ne(values.narrow(0, 0, n - 1)));
-  at::Tensor starts = true_indices(first);  // the synchronizing read
-  at::Tensor out = values.index_select(0, starts);
-  if (return_inverse) {
-    at::Tensor run = at::cumsum(first, 0, at::kLong).sub_(1);
-    inverse = perm.defined() ? inverse.scatter_(0, perm, run) : run;
-    inverse = inverse.reshape(self.sizes());
-  }
-  if (return_counts) {
-    at::Tensor ends = at::cat({starts.narrow(0, 1, starts.size(0) - 1), at::full({1}, n, longs)});
-    counts = ends.sub(starts);
-  }
-  return {out, inverse, counts};
-}
-
-// torch.unique (the CPU's _unique2 sorts whether asked to or not).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> tpu_unique2(const at::Tensor &self, bool sorted,
-                                                           bool return_inverse,
-                                                           bool return_counts) {
-  (void)sorted;
-  if (self.numel() == 0) return runs(self, self, at::Tensor(), return_inverse, return_counts);
-  auto [values, perm] = self.reshape(-1).sort();
-  return runs(self, values, perm, return_inverse, return_counts);
-}
-
-// torch.unique_consecutive without dim (with dim: the CPU fallback).
-void unique_consecutive_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
-  auto args = torch::jit::last(*stack, 4);  // self, return_inverse, return_counts, dim
-  if (!args[3].isNone()) {
-    run_cpu_fallback(op, stack);
-    return;
-  }
-  const at::Tensor self = args[0].toTensor();
-  auto [out, inverse, counts] =
-      runs(self, self.reshape(-1), at::Tensor(), args[1].toBool(), args[2].toBool());
-  torch::jit::drop(*stack, 4);
-  torch::jit::push(*stack, out, inverse, counts);
 }
 
 // torch.bincount: the largest value read back (with the smallest, for the CPU's check),
@@ -221,9 +164,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   if (native_disabled()) return;
   m.impl("nonzero", TORCH_FN(tpu_nonzero));
   m.impl("masked_select", TORCH_FN(tpu_masked_select));
-  m.impl("_unique2", TORCH_FN(tpu_unique2));
-  m.impl("unique_consecutive",
-         torch::CppFunction::makeFromBoxedFunction<&unique_consecutive_kernel>());
   m.impl("bincount", TORCH_FN(tpu_bincount));
   m.impl("repeat_interleave.Tensor", TORCH_FN(tpu_repeat_interleave));
 }
