@@ -106,22 +106,15 @@ void i1_impl(LowerCtx &ctx, bool scaled) {
 void i1_out(LowerCtx &ctx) { i1_impl(ctx, false); }
 void i1e_out(LowerCtx &ctx) { i1_impl(ctx, true); }
 
-// the modified_bessel family: f32 and f64 only (no half-precision CPU kernel)
-tpu_value_t float_input(LowerCtx &ctx, Ew *E, const char *op) {
-  tpu_value_t x = unary_input(ctx, E);
-  if (ctx.out_dtype() != TPU_F32 && ctx.out_dtype() != TPU_F64) throw Unsupported(std::string(op) + " in this dtype");
-  return x;
-}
-
 void modified_i0_out(LowerCtx &ctx) {
   Ew E;
-  tpu_value_t x = float_input(ctx, &E, "special_modified_bessel_i0");
+  tpu_value_t x = f32_f64_input(ctx, &E, "special_modified_bessel_i0");
   ctx.results = {i0(E, x)};
 }
 
 void modified_i1_out(LowerCtx &ctx) {
   Ew E;
-  tpu_value_t x = float_input(ctx, &E, "special_modified_bessel_i1");
+  tpu_value_t x = f32_f64_input(ctx, &E, "special_modified_bessel_i1");
   ctx.results = {modified_i1(E, x)};
 }
 
@@ -130,7 +123,7 @@ void modified_i1_out(LowerCtx &ctx) {
 //   x > 2    series(8/x - 2) / sqrt(x), times exp(-x) unless scaled
 void k_impl(LowerCtx &ctx, int order, bool scaled, const char *op) {
   Ew E;
-  tpu_value_t x = float_input(ctx, &E, op);
+  tpu_value_t x = f32_f64_input(ctx, &E, op);
   const std::vector<double> &A = order == 0 ? kK0A : kK1A, &B = order == 0 ? kK0B : kK1B;
   tpu_value_t log_half = E.un(TPU_OP_LOG, E.mul(E.k(0.5), x));
   tpu_value_t near = chebyshev(E, E.sub(E.mul(x, x), E.k(2)), A);

@@ -93,37 +93,31 @@ tpu_value_t y(const Ew &E, tpu_value_t x, int order) {
   return E.sel(E.cmp(TPU_CMP_EQ, x, E.k(0)), E.k(-INFINITY), r);
 }
 
-tpu_value_t float_input(LowerCtx &ctx, Ew *E, const char *op) {
-  tpu_value_t x = unary_input(ctx, E);
-  if (ctx.out_dtype() != TPU_F32 && ctx.out_dtype() != TPU_F64) throw Unsupported(std::string(op) + " in this dtype");
-  return x;
-}
-
 void j0_out(LowerCtx &ctx) {
   Ew E;
-  tpu_value_t x = float_input(ctx, &E, "special_bessel_j0");
+  tpu_value_t x = f32_f64_input(ctx, &E, "special_bessel_j0");
   ctx.results = {j0(E, x)};
 }
 void j1_out(LowerCtx &ctx) {
   Ew E;
-  tpu_value_t x = float_input(ctx, &E, "special_bessel_j1");
+  tpu_value_t x = f32_f64_input(ctx, &E, "special_bessel_j1");
   ctx.results = {j1(E, x)};
 }
 void y0_out(LowerCtx &ctx) {
   Ew E;
-  tpu_value_t x = float_input(ctx, &E, "special_bessel_y0");
+  tpu_value_t x = f32_f64_input(ctx, &E, "special_bessel_y0");
   ctx.results = {y(E, x, 0)};
 }
 void y1_out(LowerCtx &ctx) {
   Ew E;
-  tpu_value_t x = float_input(ctx, &E, "special_bessel_y1");
+  tpu_value_t x = f32_f64_input(ctx, &E, "special_bessel_y1");
   ctx.results = {y(E, x, 1)};
 }
 
 // sin(x)/x; below |x| = 0.5 its Taylor polynomial in x^2 (the CPU's nesting); 0 at +-inf
 void spherical_j0_out(LowerCtx &ctx) {
   Ew E;
-  tpu_value_t x = float_input(ctx, &E, "special_spherical_bessel_j0");
+  tpu_value_t x = f32_f64_input(ctx, &E, "special_spherical_bessel_j0");
   tpu_value_t z = E.mul(x, x);
   tpu_value_t t = E.k(1.0 / 6227020800.0);
   for (double c : {-1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0}) {

@@ -90,4 +90,12 @@ inline tpu_value_t unary_input(LowerCtx &ctx, Ew *E) {
   return operand(ctx, 0, E->dt, E->shape);
 }
 
+// unary_input for ops whose CPU kernel takes float32 and float64 only: other result dtypes
+// are Unsupported (the fallback gives the CPU's behaviour)
+inline tpu_value_t f32_f64_input(LowerCtx &ctx, Ew *E, const char *op) {
+  tpu_value_t x = unary_input(ctx, E);
+  if (ctx.out_dtype() != TPU_F32 && ctx.out_dtype() != TPU_F64) throw Unsupported(std::string(op) + " in this dtype");
+  return x;
+}
+
 }  // namespace torchtpu
