@@ -106,17 +106,8 @@ void i1_impl(LowerCtx &ctx, bool scaled) {
 void i1_out(LowerCtx &ctx) { i1_impl(ctx, false); }
 void i1e_out(LowerCtx &ctx) { i1_impl(ctx, true); }
 
-void modified_i0_out(LowerCtx &ctx) {
-  Ew E;
-  tpu_value_t x = f32_f64_input(ctx, &E, "special_modified_bessel_i0");
-  ctx.results = {i0(E, x)};
-}
-
-void modified_i1_out(LowerCtx &ctx) {
-  Ew E;
-  tpu_value_t x = f32_f64_input(ctx, &E, "special_modified_bessel_i1");
-  ctx.results = {modified_i1(E, x)};
-}
+void modified_i0_out(LowerCtx &ctx) { f32_f64_unary(ctx, "special_modified_bessel_i0", i0); }
+void modified_i1_out(LowerCtx &ctx) { f32_f64_unary(ctx, "special_modified_bessel_i1", modified_i1); }
 
 // K0 or K1 (order 0 or 1), times exp(x) when |scaled|:
 //   x <= 2   order 0: series(x^2 - 2) - log(x/2) I0(x); order 1: log(x/2) I1(x) + series / x

@@ -1,6 +1,6 @@
 // lower_bessel_jy.cpp: lowerings of the Bessel functions of the first and second kind,
 // special.bessel_j0, _j1, _y0, _y1, and special.spherical_bessel_j0, as ATen's CPU kernels
-// compute them (Cephes' rationals, bessel_coefficients.h, by Horner's rule in their order):
+// compute them (Cephes' rationals, bessel_coefficients.h, by Horner's rule: Ew::poly):
 //
 //   |x| <= 5   J0 = (x^2 - r1)(x^2 - r2) RP(x^2) / RQ(x^2) (1 - x^2/4 below 1e-5),
 //              J1 = RP/RQ x (x^2 - r1)(x^2 - r2), odd; Y0 = YP/YQ + 2/pi log(x) J0(x),
@@ -27,13 +27,6 @@ constexpr double kSqrtTwoOverPi = 0.797884560802865355879892119868763737;
 constexpr double kQuarterPi = 0.785398163397448309615660845819875721;
 constexpr double kThreeQuarterPi = 2.356194490192344928846982537459627163;
 
-// c[0] w^(n-1) + ... + c[n-1], as the CPU's loops accumulate it (from 0)
-tpu_value_t horner(const Ew &E, tpu_value_t w, const std::vector<double> &c) {
-  tpu_value_t p = E.k(0);
-  for (double ci : c) p = E.add(E.mul(p, w), E.k(ci));
-  return p;
-}
-
 struct Tables {
   const std::vector<double> &pp, &pq, &qp, &qq;
 };
@@ -43,8 +36,8 @@ struct Tables {
 tpu_value_t asymptotic(const Ew &E, tpu_value_t x, const Tables &t, int order, bool second_kind) {
   tpu_value_t w = order == 0 ? E.div(E.k(25), E.mul(x, x))
                              : E.mul(E.div(E.k(5), x), E.div(E.k(5), x));
-  tpu_value_t p = E.div(horner(E, w, t.pp), horner(E, w, t.pq));
-  tpu_value_t q = E.div(horner(E, w, t.qp), horner(E, w, t.qq));
+  tpu_value_t p = E.div(E.poly(w, t.pp), E.poly(w, t.pq));
+  tpu_value_t q = E.div(E.poly(w, t.qp), E.poly(w, t.qq));
   tpu_value_t shifted = E.sub(x, E.k(order == 0 ? kQuarterPi : kThreeQuarterPi));
   tpu_value_t c = E.un(TPU_OP_COS, shifted), s = E.un(TPU_OP_SIN, shifted);
   tpu_value_t five_q = E.mul(E.div(E.k(5), x), q);
@@ -57,8 +50,8 @@ tpu_value_t j0(const Ew &E, tpu_value_t x) {
   tpu_value_t a = E.un(TPU_OP_ABS, x), z = E.mul(a, a);
   tpu_value_t near = E.div(E.mul(E.mul(E.sub(z, E.k(5.78318596294678452118e+00)),
                                        E.sub(z, E.k(3.04712623436620863991e+01))),
-                                 horner(E, z, kJ0RP)),
-                           horner(E, z, kJ0RQ));
+                                 E.poly(z, kJ0RP)),
+                           E.poly(z, kJ0RQ));
   near = E.sel(E.cmp(TPU_CMP_LT, a, E.k(0.00001)), E.sub(E.k(1), E.div(z, E.k(4))), near);
   tpu_value_t far = asymptotic(E, a, {kJ0PP, kJ0PQ, kJ0QP, kJ0QQ}, 0, false);
   return E.sel(E.cmp(TPU_CMP_LE, a, E.k(5)), near, far);
@@ -67,7 +60,7 @@ tpu_value_t j0(const Ew &E, tpu_value_t x) {
 // J1(x), odd
 tpu_value_t j1(const Ew &E, tpu_value_t x) {
   tpu_value_t a = E.un(TPU_OP_ABS, x), z = E.mul(a, a);
-  tpu_value_t near = E.mul(E.mul(E.mul(E.div(horner(E, z, kJ1RP), horner(E, z, kJ1RQ)), a),
+  tpu_value_t near = E.mul(E.mul(E.mul(E.div(E.poly(z, kJ1RP), E.poly(z, kJ1RQ)), a),
                                  E.sub(z, E.k(1.46819706421238932572e+01))),
                            E.sub(z, E.k(4.92184563216946036703e+01)));
   tpu_value_t far = asymptotic(E, a, {kJ1PP, kJ1PQ, kJ1QP, kJ1QQ}, 1, false);
@@ -80,11 +73,11 @@ tpu_value_t y(const Ew &E, tpu_value_t x, int order) {
   tpu_value_t z = E.mul(x, x), log_x = E.un(TPU_OP_LOG, x);
   tpu_value_t near, far;
   if (order == 0) {
-    near = E.add(E.div(horner(E, z, kY0YP), horner(E, z, kY0YQ)),
+    near = E.add(E.div(E.poly(z, kY0YP), E.poly(z, kY0YQ)),
                  E.mul(E.mul(E.k(kTwoOverPi), log_x), j0(E, x)));
     far = asymptotic(E, x, {kY0PP, kY0PQ, kY0QP, kY0QQ}, 0, true);
   } else {
-    near = E.add(E.mul(x, E.div(horner(E, z, kY1YP), horner(E, z, kY1YQ))),
+    near = E.add(E.mul(x, E.div(E.poly(z, kY1YP), E.poly(z, kY1YQ))),
                  E.mul(E.k(kTwoOverPi), E.sub(E.mul(j1(E, x), log_x), E.div(E.k(1), x))));
     far = asymptotic(E, x, {kY1PP, kY1PQ, kY1QP, kY1QQ}, 1, true);
   }
@@ -93,37 +86,20 @@ tpu_value_t y(const Ew &E, tpu_value_t x, int order) {
   return E.sel(E.cmp(TPU_CMP_EQ, x, E.k(0)), E.k(-INFINITY), r);
 }
 
-void j0_out(LowerCtx &ctx) {
-  Ew E;
-  tpu_value_t x = f32_f64_input(ctx, &E, "special_bessel_j0");
-  ctx.results = {j0(E, x)};
-}
-void j1_out(LowerCtx &ctx) {
-  Ew E;
-  tpu_value_t x = f32_f64_input(ctx, &E, "special_bessel_j1");
-  ctx.results = {j1(E, x)};
-}
-void y0_out(LowerCtx &ctx) {
-  Ew E;
-  tpu_value_t x = f32_f64_input(ctx, &E, "special_bessel_y0");
-  ctx.results = {y(E, x, 0)};
-}
-void y1_out(LowerCtx &ctx) {
-  Ew E;
-  tpu_value_t x = f32_f64_input(ctx, &E, "special_bessel_y1");
-  ctx.results = {y(E, x, 1)};
-}
+tpu_value_t y0(const Ew &E, tpu_value_t x) { return y(E, x, 0); }
+tpu_value_t y1(const Ew &E, tpu_value_t x) { return y(E, x, 1); }
+
+void j0_out(LowerCtx &ctx) { f32_f64_unary(ctx, "special_bessel_j0", j0); }
+void j1_out(LowerCtx &ctx) { f32_f64_unary(ctx, "special_bessel_j1", j1); }
+void y0_out(LowerCtx &ctx) { f32_f64_unary(ctx, "special_bessel_y0", y0); }
+void y1_out(LowerCtx &ctx) { f32_f64_unary(ctx, "special_bessel_y1", y1); }
 
 // sin(x)/x; below |x| = 0.5 its Taylor polynomial in x^2 (the CPU's nesting); 0 at +-inf
 void spherical_j0_out(LowerCtx &ctx) {
   Ew E;
   tpu_value_t x = f32_f64_input(ctx, &E, "special_spherical_bessel_j0");
-  tpu_value_t z = E.mul(x, x);
-  tpu_value_t t = E.k(1.0 / 6227020800.0);
-  for (double c : {-1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0}) {
-    t = E.add(E.k(c), E.mul(z, t));
-  }
-  tpu_value_t near = E.add(E.k(1), E.mul(z, t));
+  tpu_value_t near = E.poly(E.mul(x, x), {1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0,
+                                           -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0, 1.0});
   tpu_value_t r = E.sel(E.cmp(TPU_CMP_LT, E.un(TPU_OP_ABS, x), E.k(0.5)), near,
                         E.div(E.un(TPU_OP_SIN, x), x));
   ctx.results = {E.sel(E.isinf(x), E.k(0), r)};

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <vector>
 
 #include "native.h"
 
@@ -49,8 +50,14 @@ struct Ew {
   }
   // Horner's rule: c[0] w^(n-1) + ... + c[n-1]
   tpu_value_t poly(tpu_value_t w, std::initializer_list<double> c) const {
-    tpu_value_t p = k(*c.begin());
-    for (auto it = c.begin() + 1; it != c.end(); ++it) p = add(k(*it), mul(p, w));
+    return poly(w, c.begin(), c.size());
+  }
+  tpu_value_t poly(tpu_value_t w, const std::vector<double> &c) const {
+    return poly(w, c.data(), c.size());
+  }
+  tpu_value_t poly(tpu_value_t w, const double *c, size_t n) const {
+    tpu_value_t p = k(c[0]);
+    for (size_t i = 1; i < n; i++) p = add(k(c[i]), mul(p, w));
     return p;
   }
   // log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)), a when both are the same infinity;
@@ -96,6 +103,13 @@ inline tpu_value_t f32_f64_input(LowerCtx &ctx, Ew *E, const char *op) {
   tpu_value_t x = unary_input(ctx, E);
   if (ctx.out_dtype() != TPU_F32 && ctx.out_dtype() != TPU_F64) throw Unsupported(std::string(op) + " in this dtype");
   return x;
+}
+
+// ctx.results = {f(x)} for such an op
+inline void f32_f64_unary(LowerCtx &ctx, const char *op, tpu_value_t (*f)(const Ew &, tpu_value_t)) {
+  Ew E;
+  tpu_value_t x = f32_f64_input(ctx, &E, op);
+  ctx.results = {f(E, x)};
 }
 
 }  // namespace torchtpu
