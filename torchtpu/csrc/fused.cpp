@@ -134,9 +134,8 @@ tpu_value_t read_tensor(Pending &p, const at::Tensor &t) {
       return w;
     }
   }
-  tpu_shape_t shape = to_shape(t.sizes());
-  tpu_value_t v = tpu_graph_parameter(p.g, to_tpu_dtype(t.scalar_type()), &shape,
-                                      t.is_contiguous() ? nullptr : t.strides().data());
+  IrLayout l = ir_layout(t);
+  tpu_value_t v = tpu_graph_parameter(p.g, l.dtype, &l.shape, l.dense ? nullptr : l.strides);
   Param q{};
   if (t.device().type() == kTpu) {
     q.storage = t.storage();
@@ -206,7 +205,7 @@ tpu_value_t read_host(Pending &p, const tpu_node_t *param, const void *ptr, Inpu
   int64_t numel = 0;
   tpu_shape_numel(&param->shape, &numel);
   size_t bytes = static_cast<size_t>(numel) * tpu_dtype_size(param->dtype);
-  if (param->shape.rank == 0 && bytes <= q.bytes.size()) {
+  if (bytes <= q.bytes.size()) {  // a scalar (a complex one is a pair: shape (2,))
     std::memcpy(q.bytes.data(), ptr, bytes);
   } else {
     for (const at::Tensor &h : inputs.host_copies) {

@@ -10,6 +10,8 @@
 // unsqueeze, expand and flatten. Anything else flushes.
 #include "fused_view.h"
 
+#include "native.h"
+
 #include <c10/util/accumulate.h>
 
 #include <algorithm>
@@ -45,9 +47,18 @@ Geo geo_of(const at::Tensor &t) {
   g.offset = t.storage_offset() * static_cast<int64_t>(t.itemsize());
   g.rank = static_cast<int8_t>(t.dim());
   g.dtype = t.scalar_type();
+  // a complex tensor is its real view, as in the graph (IrLayout): the same geometry as
+  // torch.view_as_real of it, so that view reads the value the tensor was written with
+  const bool pair = is_complex_pair(g.dtype) && g.rank < TPU_MAX_RANK;
   for (int i = 0; i < g.rank; i++) {
     g.sizes[i] = t.sizes()[i];
-    g.strides[i] = t.strides()[i];
+    g.strides[i] = t.strides()[i] * (pair ? 2 : 1);
+  }
+  if (pair) {
+    g.dtype = g.dtype == at::kComplexFloat ? at::kFloat : at::kDouble;
+    g.sizes[g.rank] = 2;
+    g.strides[g.rank] = 1;
+    g.rank++;
   }
   return g;
 }

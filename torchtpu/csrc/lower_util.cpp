@@ -24,6 +24,43 @@ tpu_dtype_t to_tpu_dtype(at::ScalarType t) {
   }
 }
 
+bool is_complex_pair(at::ScalarType t) { return t == at::kComplexFloat || t == at::kComplexDouble; }
+
+IrLayout ir_layout(const at::Tensor &t) {
+  IrLayout l{};
+  const bool pair = is_complex_pair(t.scalar_type());
+  l.dtype = pair ? (t.scalar_type() == at::kComplexFloat ? TPU_F32 : TPU_F64)
+                 : to_tpu_dtype(t.scalar_type());
+  if (pair && t.dim() >= TPU_MAX_RANK) throw Unsupported("complex tensor of rank 8");
+  l.shape = to_shape(t.sizes());
+  for (int d = 0; d < l.shape.rank; d++) l.strides[d] = t.strides()[d] * (pair ? 2 : 1);
+  if (pair) {
+    l.shape.dims[l.shape.rank] = 2;
+    l.strides[l.shape.rank] = 1;
+    l.shape.rank++;
+  }
+  l.dense = t.is_contiguous();
+  return l;
+}
+
+tpu_value_t complex_part(tpu_graph_t *g, tpu_value_t pair, int k) {
+  tpu_shape_t s = shape_of(g, pair);
+  int64_t start[TPU_MAX_RANK] = {}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
+  for (int d = 0; d < s.rank; d++) limit[d] = s.dims[d], stride[d] = 1;
+  start[s.rank - 1] = k;
+  limit[s.rank - 1] = k + 1;
+  tpu_value_t v = tpu_graph_slice(g, pair, start, limit, stride);
+  s.rank--;
+  return tpu_graph_reshape(g, v, &s);
+}
+
+tpu_value_t complex_join(tpu_graph_t *g, tpu_value_t re, tpu_value_t im) {
+  tpu_shape_t s = shape_of(g, re);
+  s.dims[s.rank++] = 1;
+  const tpu_value_t parts[2] = {tpu_graph_reshape(g, re, &s), tpu_graph_reshape(g, im, &s)};
+  return tpu_graph_concatenate(g, parts, 2, s.rank - 1);
+}
+
 tpu_shape_t to_shape(c10::IntArrayRef sizes) {
   if (sizes.size() > TPU_MAX_RANK) throw Unsupported("rank above 8");
   tpu_shape_t s{};

@@ -47,7 +47,8 @@ namespace {
 
 struct OpInfo {
   std::string name;                 // "aten::add.out"
-  LowerFn fn = nullptr;
+  LowerFn fn = nullptr;             // calls without complex tensors (nullptr: none)
+  LowerFn complex_fn = nullptr;     // calls with complex tensors (register_complex_lowering)
   std::vector<ArgKind> kinds;       // per argument
   std::vector<int> return_alias;    // per return: the argument it writes into, or -1
   bool list_return = false;         // one Tensor[] return (a foreach op's results)
@@ -59,6 +60,11 @@ struct OpInfo {
 };
 
 std::unordered_map<std::string, LowerFn> &lowerings() {
+  static std::unordered_map<std::string, LowerFn> m;
+  return m;
+}
+
+std::unordered_map<std::string, LowerFn> &complex_lowerings() {
   static std::unordered_map<std::string, LowerFn> m;
   return m;
 }
@@ -103,6 +109,8 @@ OpInfo make_info(const c10::OperatorHandle &op, const std::string &short_name, L
   const c10::FunctionSchema &s = op.schema();
   info.name = c10::toString(op.operator_name());
   info.fn = fn;
+  auto complex = complex_lowerings().find(short_name);
+  if (complex != complex_lowerings().end()) info.complex_fn = complex->second;
   auto presize = presizers().find(short_name);
   if (presize != presizers().end()) info.presize = presize->second;
   const auto &fixed = static_scalars()[short_name];
@@ -193,6 +201,7 @@ class Key {
   }
   void tensor_meta(const at::Tensor &t) {
     pod(static_cast<int8_t>(t.scalar_type()));
+    pod(static_cast<int8_t>(t.is_conj() | t.is_neg() << 1));  // lazy conjugation / negation
     pod(static_cast<int8_t>(t.dim()));
     for (int64_t d : t.sizes()) pod(d);
     for (int64_t s : t.strides()) pod(s);
@@ -345,8 +354,7 @@ struct Call {
             key.pod('N');
           } else {
             at::Scalar s = v.toScalar();
-            if (s.isComplex()) throw Unsupported("complex scalar");
-            key.pod(s.isFloatingPoint() ? 'f' : s.isBoolean() ? 'b' : 'i');
+            key.pod(s.isComplex() ? 'z' : s.isFloatingPoint() ? 'f' : s.isBoolean() ? 'b' : 'i');
             key.pod(static_cast<int8_t>(special_scalar(s)));
           }
           break;
@@ -396,6 +404,18 @@ struct Call {
   }
 };
 
+// The value tensor |t| holds, from |v| (its memory, laid out as IrLayout says): a lazily
+// conjugated view (torch.conj) has its imaginary parts negated, a lazily negated one
+// (torch._neg_view, the imaginary part of a conjugate) all of it.
+tpu_value_t resolve_bits(tpu_graph_t *g, const at::Tensor &t, tpu_value_t v) {
+  if (t.is_conj() && is_complex_pair(t.scalar_type())) {
+    v = complex_join(g, complex_part(g, v, 0),
+                     tpu_graph_unary(g, TPU_OP_NEG, complex_part(g, v, 1)));
+  }
+  if (t.is_neg()) v = tpu_graph_unary(g, TPU_OP_NEG, v);
+  return v;
+}
+
 // Builds the parameters of a graph in argument order. The order here and in
 // collect_inputs must agree: tensors, CPU scalars and Scalars as they come; the
 // (seed, offset) pair of random ops last.
@@ -406,12 +426,9 @@ void add_params(LowerCtx &ctx, const Call &call) {
   for (size_t i = 0; i < call.args.size(); i++) {
     const c10::IValue &v = call.args[i];
     auto param_of = [&](const at::Tensor &t) -> tpu_value_t {
-      tpu_shape_t shape = to_shape(t.sizes());
-      if (is_cpu_scalar(t)) {
-        return tpu_graph_parameter(g, to_tpu_dtype(t.scalar_type()), &shape, nullptr);
-      }
-      return tpu_graph_parameter(g, to_tpu_dtype(t.scalar_type()), &shape,
-                                 t.is_contiguous() ? nullptr : t.strides().data());
+      IrLayout l = ir_layout(t);
+      return resolve_bits(g, t, tpu_graph_parameter(g, l.dtype, &l.shape,
+                                                    is_cpu_scalar(t) || l.dense ? nullptr : l.strides));
     };
     switch (call.info->kinds[i]) {
       case ArgKind::Tensor:
@@ -437,7 +454,12 @@ void add_params(LowerCtx &ctx, const Call &call) {
           at::Scalar s = v.toScalar();
           tpu_dtype_t dt = s.isFloatingPoint() ? TPU_F64 : s.isBoolean() ? TPU_BOOL : TPU_I64;
           int special = special_scalar(s);
-          if (special) {
+          if (s.isComplex()) {  // (real, imaginary) f64: a pair, as complex tensors are
+            tpu_shape_t pair{};
+            pair.rank = 1;
+            pair.dims[0] = 2;
+            ctx.value[i] = tpu_graph_parameter(g, TPU_F64, &pair, nullptr);
+          } else if (special) {
             ctx.value[i] = scalar_const(g, dt, special == 2 ? 1.0 : 0.0);
           } else {
             tpu_shape_t scalar{};
@@ -469,7 +491,11 @@ void collect_inputs(const Call &call, Inputs &in, uint64_t seed, uint64_t offset
     if (tensors && t.device().type() == kTpu) tensors->back() = t;
   };
   auto add_scalar = [&](const at::Scalar &s) {
-    if (s.isFloatingPoint()) {
+    if (s.isComplex()) {
+      const c10::complex<double> z = s.toComplexDouble();
+      const double parts[2] = {z.real(), z.imag()};
+      in.scalar_slot(parts, sizeof parts);
+    } else if (s.isFloatingPoint()) {
       double d = s.toDouble();
       in.scalar_slot(&d, sizeof d);
     } else if (s.isBoolean()) {
@@ -596,6 +622,8 @@ bool graph_is_elementwise(const tpu_graph_t *g) {
 // are undefined, and which arguments receive the trailing outputs (updates).
 struct ProgramInfo {
   std::vector<bool> undefined;        // per return (per element of a Tensor[] return)
+  std::vector<bool> complex;          // per defined return: a complex tensor, whose output
+                                      // holds its (real, imaginary) pairs (IrLayout)
   std::vector<uint64_t> update_args;  // outputs after the defined returns write these
                                       // (update_code: an argument or a list element)
   OpGraph graph;  // the lowered graph, which fused mode inlines
@@ -626,7 +654,7 @@ std::mutex g_programs_mu;
 std::unordered_map<const tpu_executable_t *, ProgramInfo> g_programs;
 
 // ProgramInfo's fields as the disk cache's extra bytes: u32 count, one byte per undefined
-// flag; u32 count, u64 per update (update_code).
+// flag; u32 count, one byte per complex flag; u32 count, u64 per update (update_code).
 std::vector<unsigned char> encode_program(const ProgramInfo &prog) {
   std::vector<unsigned char> out;
   auto put = [&](const void *p, size_t n) {
@@ -636,6 +664,9 @@ std::vector<unsigned char> encode_program(const ProgramInfo &prog) {
   uint32_t n = static_cast<uint32_t>(prog.undefined.size());
   put(&n, sizeof n);
   for (bool u : prog.undefined) out.push_back(u ? 1 : 0);
+  n = static_cast<uint32_t>(prog.complex.size());
+  put(&n, sizeof n);
+  for (bool c : prog.complex) out.push_back(c ? 1 : 0);
   n = static_cast<uint32_t>(prog.update_args.size());
   put(&n, sizeof n);
   for (uint64_t x : prog.update_args) put(&x, sizeof x);
@@ -660,6 +691,12 @@ bool decode_program(const std::vector<unsigned char> &in, size_t num_returns, si
     if (!get(&u, 1) || u > 1) return false;
     prog->undefined.push_back(u == 1);
     defined += u == 0;
+  }
+  if (!get(&n, sizeof n) || n != static_cast<uint32_t>(defined)) return false;
+  for (uint32_t i = 0; i < n; i++) {
+    uint8_t c = 0;
+    if (!get(&c, 1) || c > 1) return false;
+    prog->complex.push_back(c == 1);
   }
   if (!get(&n, sizeof n) || n > in.size()) return false;
   for (uint32_t i = 0; i < n; i++) {
@@ -739,6 +776,32 @@ ArgDescription describe_call(const c10::FunctionSchema &schema, const Call &call
   return out;
 }
 
+// Whether a tensor or Scalar argument or a result of the call is complex (its lowering is
+// then the op's complex lowering).
+bool involves_complex(const Call &call, const std::vector<at::Tensor> &metas) {
+  auto complex = [](const at::Tensor &t) {
+    return t.defined() && is_complex_pair(t.scalar_type());
+  };
+  for (const at::Tensor &m : metas) {
+    if (complex(m)) return true;
+  }
+  for (const c10::IValue &v : call.args) {
+    if (v.isTensor() && complex(v.toTensor())) return true;
+    if (v.isScalar() && v.toScalar().isComplex()) return true;
+    if (v.isTensorList()) {
+      for (const at::Tensor &t : v.toTensorList()) {
+        if (complex(t)) return true;
+      }
+    }
+    if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+        if (t && complex(*t)) return true;
+      }
+    }
+  }
+  return false;
+}
+
 // Lowers and compiles one call (the cache missed). Returns nullptr if unsupported.
 tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
                                const std::vector<at::Tensor> &metas) {
@@ -762,7 +825,9 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
     tpu_graph_parameter(raw, TPU_I64, &scalar, nullptr);  // seed
     tpu_graph_parameter(raw, TPU_I64, &scalar, nullptr);  // offset
   }
-  call.info->fn(ctx);
+  LowerFn fn = involves_complex(call, metas) ? call.info->complex_fn : call.info->fn;
+  if (!fn) throw Unsupported("complex tensors");
+  fn(ctx);
   TORCH_INTERNAL_ASSERT(ctx.results.size() == metas.size(), call.info->name,
                         ": lowering set ", ctx.results.size(), " results, expected ",
                         metas.size());
@@ -775,9 +840,12 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
   // mutated argument or list element) with |target_arg| its argument index.
   auto add_output = [&](tpu_value_t v, const at::Tensor &layout, const at::Tensor *target,
                         int target_arg) {
-    v = convert(raw, v, to_tpu_dtype(layout.scalar_type()));
-    check_status(tpu_graph_output(raw, v, layout.is_contiguous() ? nullptr : layout.strides().data()),
-                 "tpu graph output");
+    IrLayout l = ir_layout(layout);
+    if (target && (target->is_conj() || target->is_neg())) {
+      throw Unsupported("writes through a lazily conjugated or negated view");
+    }
+    v = convert(raw, v, l.dtype);
+    check_status(tpu_graph_output(raw, v, l.dense ? nullptr : l.strides), "tpu graph output");
     alias.push_back(TPU_OUTPUT_ALIAS_NONE);
     if (target) {
       // The producer may write the output directly unless another argument shares its
@@ -820,6 +888,7 @@ tpu_executable_t *compile_call(const c10::OperatorHandle &op, Call &call,
   for (size_t r = 0; r < metas.size(); r++) {
     prog.undefined.push_back(!ctx.out_meta[r].defined());
     if (!ctx.out_meta[r].defined()) continue;
+    prog.complex.push_back(is_complex_pair(ctx.out_meta[r].scalar_type()));
     TORCH_INTERNAL_ASSERT(ctx.results[r] != TPU_NO_VALUE, call.info->name,
                           ": lowering left result ", r, " unset");
     add_output(ctx.results[r], ctx.out_meta[r], call.out_target(r),
@@ -1061,12 +1130,18 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
       results[r] = *o;
     } else {
       const tpu_shape_t *s = tpu_executable_output_shape(exe, out_index);
-      c10::IntArrayRef sizes(s->dims, s->rank);
-      int64_t st[TPU_MAX_RANK];
       at::ScalarType dt = to_scalar_type(tpu_executable_output_dtype(exe, out_index));
+      // a complex result: the output's pairs, without their dim, in complex elements
+      const bool pair = static_cast<size_t>(out_index) < prog.complex.size() &&
+                        prog.complex[out_index];
+      const int rank = s->rank - (pair ? 1 : 0);
+      if (pair) dt = dt == at::kFloat ? at::kComplexFloat : at::kComplexDouble;
+      c10::IntArrayRef sizes(s->dims, rank);
+      int64_t st[TPU_MAX_RANK];
       auto options = at::TensorOptions().dtype(dt).device(call.device);
       if (tpu_executable_output_strides(exe, out_index, st)) {
-        results[r] = at::empty_strided(sizes, c10::IntArrayRef(st, s->rank), options);
+        for (int d = 0; pair && d < rank; d++) st[d] /= 2;
+        results[r] = at::empty_strided(sizes, c10::IntArrayRef(st, rank), options);
       } else {
         results[r] = at::empty(sizes, options);
       }
@@ -1153,12 +1228,19 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
   tpu_graph_t *raw = nullptr;
   check_status(tpu_graph_create(tpu_allocator_system(), &raw), "tpu graph");
   std::unique_ptr<tpu_graph_t, GraphDeleter> g(raw);
-  tpu_shape_t ss = to_shape(src.sizes()), ds = to_shape(dst.sizes());
-  tpu_value_t v = tpu_graph_parameter(raw, to_tpu_dtype(src.scalar_type()), &ss,
-                                      src.is_contiguous() ? nullptr : src.strides().data());
-  v = broadcast_to(raw, convert(raw, v, to_tpu_dtype(dst.scalar_type())), ds);
-  check_status(tpu_graph_output(raw, v, dst.is_contiguous() ? nullptr : dst.strides().data()),
-               "copy_");
+  // complex tensors as (real, imaginary) pairs (IrLayout); a real source gets zeros as its
+  // imaginary parts
+  IrLayout sl = ir_layout(src), dl = ir_layout(dst);
+  tpu_value_t v = tpu_graph_parameter(raw, sl.dtype, &sl.shape, sl.dense ? nullptr : sl.strides);
+  v = convert(raw, resolve_bits(raw, src, v), dl.dtype);
+  if (is_complex_pair(dst.scalar_type()) && !is_complex_pair(src.scalar_type())) {
+    tpu_shape_t one = sl.shape;
+    one.dims[one.rank++] = 1;
+    const tpu_value_t parts[2] = {tpu_graph_reshape(raw, v, &one), full(raw, dl.dtype, one, 0.0)};
+    v = tpu_graph_concatenate(raw, parts, 2, one.rank - 1);
+  }
+  v = broadcast_to(raw, v, dl.shape);
+  check_status(tpu_graph_output(raw, v, dl.dense ? nullptr : dl.strides), "copy_");
   tpu_compile_options_t opts{};
   const int32_t same_view = 0;  // dst is src: the parameter's exact alias (nothing to do)
   if (alias_kind(src, dst) == 1 && !src_on_host) {
@@ -1196,8 +1278,13 @@ bool native_copy(const at::Tensor &src, const at::Tensor &dst) {
   }
   tpu_executable_t *exe;
   try {
-    to_tpu_dtype(source.scalar_type());
-    to_tpu_dtype(dst.scalar_type());
+    // complex into real discards the imaginary parts with a warning: the CPU's copy says so
+    if (is_complex_pair(source.scalar_type()) && !is_complex_pair(dst.scalar_type())) {
+      return false;
+    }
+    ir_layout(source);
+    ir_layout(dst);
+    if (dst.is_conj() || dst.is_neg()) return false;  // written through a lazy view
     exe = copy_program(source, dst, from_host);
   } catch (const Unsupported &) {
     return false;
@@ -1224,13 +1311,30 @@ bool native_copy(const at::Tensor &src, const at::Tensor &dst) {
   return true;
 }
 
-void register_lowering(const char *op_name, LowerFn fn) {
+namespace {
+
+// Makes native_kernel |op_name|'s tpu kernel (once: an op may have a real and a complex
+// lowering, registered in either order).
+void register_native_kernel(const char *op_name) {
   static torch::Library *lib = new torch::Library(torch::Library::IMPL, "aten",
                                                   c10::DispatchKey::PrivateUse1, __FILE__,
                                                   __LINE__);
-  lowerings()[op_name] = fn;
-  if (native_disabled()) return;
+  static std::unordered_set<std::string> registered;
+  if (native_disabled() || !registered.insert(op_name).second) return;
   lib->impl(op_name, torch::CppFunction::makeFromBoxedFunction<&native_kernel>());
+}
+
+}  // namespace
+
+void register_lowering(const char *op_name, LowerFn fn) {
+  lowerings()[op_name] = fn;
+  register_native_kernel(op_name);
+}
+
+void register_complex_lowering(const char *op_name, LowerFn fn) {
+  complex_lowerings()[op_name] = fn;
+  lowerings().emplace(op_name, nullptr);  // no real lowering unless one is registered
+  register_native_kernel(op_name);
 }
 
 void register_lowering_only(const char *op_name, LowerFn fn) { lowerings()[op_name] = fn; }

@@ -92,6 +92,11 @@ void run_native(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 // arguments, counted in torchtpu.fallback_stats().
 void run_cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
+// Registers |fn| as the lowering of |op_name| for calls with a complex tensor (argument or
+// result). Such calls never reach the op's real lowering: an op without a complex lowering
+// runs them on the CPU. See IrLayout for how complex tensors appear in the graph.
+void register_complex_lowering(const char *op_name, LowerFn fn);
+
 // Runs the registrations of one lower_*.cpp file at library load.
 struct LoweringRegistrar {
   LoweringRegistrar(std::initializer_list<std::pair<const char *, LowerFn>> entries) {
@@ -139,6 +144,25 @@ struct GraphDeleter {
 };
 
 tpu_dtype_t to_tpu_dtype(at::ScalarType t);  // throws Unsupported (complex, quantized, ...)
+
+// How a tensor appears in an IR graph: dtype, shape and strides (elements). The IR has no
+// complex dtype: a complex64 / complex128 tensor is its real view (torch.view_as_real), the
+// f32 / f64 components with a trailing dim of 2 (real, imaginary) and doubled strides.
+struct IrLayout {
+  tpu_dtype_t dtype;
+  tpu_shape_t shape;
+  int64_t strides[TPU_MAX_RANK];
+  bool dense;  // row-major dense (the graph needs no strides)
+};
+// Throws Unsupported for dtypes the IR lacks (complex32, quantized) and for complex
+// tensors of rank TPU_MAX_RANK (no room for the pair dim).
+IrLayout ir_layout(const at::Tensor &t);
+// complex64 or complex128: the dtypes ir_layout lays out as pairs.
+bool is_complex_pair(at::ScalarType t);
+// Part |k| (0 real, 1 imaginary) of a pair value (..., 2), without the pair dim.
+tpu_value_t complex_part(tpu_graph_t *g, tpu_value_t pair, int k);
+// The pair value (..., 2) of a real and an imaginary part of one shape.
+tpu_value_t complex_join(tpu_graph_t *g, tpu_value_t re, tpu_value_t im);
 tpu_shape_t to_shape(c10::IntArrayRef sizes);
 tpu_shape_t shape_of(const tpu_graph_t *g, tpu_value_t v);
 tpu_dtype_t dtype_of(const tpu_graph_t *g, tpu_value_t v);

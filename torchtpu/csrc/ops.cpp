@@ -2,8 +2,8 @@
 // fallback that runs every other op on the CPU.
 //
 // Structural ops (registered for PrivateUse1): empty, empty_strided, as_strided, view,
-// _reshape_alias, unfold (Tensor.unfold: a strided view), resize_, set_ (4 overloads),
-// _copy_from, _copy_from_and_resize, _local_scalar_dense, record_stream, _assert_async
+// _reshape_alias, view_as_real, view_as_complex, unfold (Tensor.unfold: a strided view),
+// resize_, set_ (4 overloads), _copy_from, _copy_from_and_resize, _local_scalar_dense, record_stream, _assert_async
 // (torch._assert_async, multinomial's checks: a synchronizing read of the flag, as the CPU
 // kernel does). They are metadata work or copies; the fallback cannot do them because it is
 // itself built on them.
@@ -28,6 +28,8 @@
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/DeviceGuard.h>
@@ -443,6 +445,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(tpu_as_strided));
   m.impl("view", TORCH_FN(tpu_view));
   m.impl("_reshape_alias", TORCH_FN(tpu_reshape_alias));
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   m.impl("unfold", TORCH_FN(at::native::unfold));
   m.impl("resize_", TORCH_FN(tpu_resize_));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(tpu_set_storage_offset));
