@@ -20,8 +20,10 @@ def to_device(x, device):
 
 
 def column_signs(v, ref):
-    """Per column of v, the sign that makes its dot product with ref's column positive."""
-    signs = torch.sign((v * ref).sum(-2, keepdim=True))
+    """Per column of v, the sign (for complex vectors the phase) that makes its dot product
+    with ref's column real and positive."""
+    dot = (v.conj() * ref).sum(-2, keepdim=True)
+    signs = torch.sgn(dot) if dot.is_complex() else torch.sign(dot)
     return torch.where(signs == 0, torch.ones_like(signs), signs)
 
 
@@ -40,7 +42,7 @@ def aligned_svd(got, want, v_transposed):
     vsigns = torch.ones(*signs.shape[:-1], v.shape[-2] if v_transposed else v.shape[-1],
                         dtype=signs.dtype)
     vsigns[..., :k] = signs[..., :k]
-    return u * signs, s, v * (vsigns.mT if v_transposed else vsigns)
+    return u * signs, s, v * (vsigns.conj().mT if v_transposed else vsigns)
 
 
 # Ops whose results hold vectors unique only up to sign (eigenvectors, singular vectors, as

@@ -1,6 +1,7 @@
 """Complex tensors natively (torchtpu/csrc/lower_complex.cpp): complex64 / complex128 as
-(real, imaginary) pairs in the graph, checked against the CPU for the arithmetic, the views
-(view_as_real / view_as_complex, real / imag), copies, lazy conjugation, and the rotary
+(real, imaginary) pairs in the graph, checked against the CPU for the arithmetic, math
+(branch cuts included), comparisons, matmuls, data movement, the views (view_as_real /
+view_as_complex, real / imag), copies, lazy conjugation, and the rotary
 embedding of LLaMA-style models (view_as_complex, polar, a complex product, view_as_real)
 in strict, fused and compiled mode, forward and backward, with no CPU fallback.
 
@@ -18,7 +19,8 @@ from conftest import no_fallback, tpu
 
 DTYPES = [torch.complex64, torch.complex128]
 TOL = {torch.complex64: dict(rtol=1e-5, atol=1e-6), torch.float32: dict(rtol=1e-5, atol=1e-6),
-       torch.complex128: dict(rtol=1e-12, atol=1e-13), torch.float64: dict(rtol=1e-12, atol=1e-13)}
+       torch.complex128: dict(rtol=1e-12, atol=1e-13), torch.float64: dict(rtol=1e-12, atol=1e-13),
+       torch.bool: dict(rtol=0, atol=0)}
 
 
 def cplx(shape, dtype, seed=0, scale=1.0):
@@ -171,11 +173,45 @@ def test_lazy_conjugation():
 
 
 def test_unsupported_ops_still_run_correctly():
-    """A complex op without a lowering (a complex matmul here) runs on the CPU fallback with
-    the CPU's result."""
-    z, w = cplx((3, 4), torch.complex64, 12), cplx((4, 2), torch.complex64, 13)
-    got = (tpu(z) @ tpu(w)).cpu()
-    torch.testing.assert_close(got, z @ w)
+    """A complex op without a lowering (sin here) runs on the CPU fallback with the CPU's
+    result, and so does a movement op with a real data operand (promoted on the CPU)."""
+    z = cplx((3, 4), torch.complex64, 12)
+    torch.testing.assert_close(torch.sin(tpu(z)).cpu(), torch.sin(z))
+    m, x = torch.rand(3, 4) > 0.5, torch.randn(3, 4)
+    torch.testing.assert_close(torch.where(tpu(m), tpu(z), tpu(x)).cpu(), torch.where(m, z, x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matmul(dtype, highest):
+    """(A + Bi)(C + Di) as one real product [A | B] [[C, D], [-D, C]] (at HIGHEST here: the
+    default precision is one bf16 pass, as on the MXU)."""
+    check(torch.mm, cplx((5, 7), dtype, 15), cplx((7, 3), dtype, 16))
+    check(torch.bmm, cplx((2, 5, 7), dtype, 17), cplx((2, 7, 3), dtype, 18))
+    check(lambda a, b: a @ b, cplx((2, 4, 6), dtype, 19), cplx((6, 2), dtype, 20))
+    check(lambda a, b: torch.einsum("bci,coi->boi", a, b), cplx((2, 3, 5), dtype, 21),
+          cplx((3, 4, 5), dtype, 22))
+
+
+MOVEMENTS = {
+    "roll": lambda z: torch.roll(z, (1, -2), (0, 1)),
+    "flip": lambda z: torch.flip(z, (1,)),
+    "repeat": lambda z: z.repeat(2, 1, 3),
+    "cat": lambda z: torch.cat([z, z * 2], dim=-1),
+    "stack": lambda z: torch.stack([z, -z]),
+    "index_select": lambda z: torch.index_select(z, 1, torch.tensor([3, 0, 3], device=z.device)),
+    "gather": lambda z: torch.gather(z, 1, torch.tensor([[0, 2], [1, 1], [3, 0]], device=z.device)),
+    "where": lambda z: torch.where(z.real > 0, z, -z),
+    "tril": lambda z: torch.tril(z),
+    "triu": lambda z: torch.triu(z, 1),
+    "pad": lambda z: torch.nn.functional.pad(z, (1, 2)),
+    "narrow_copy": lambda z: z.narrow_copy(1, 1, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOVEMENTS))
+def test_data_movement(name):
+    """Ops that only move elements run their real lowerings on each part."""
+    check(MOVEMENTS[name], cplx((3, 4), torch.complex64, 23))
 
 
 def freqs_cis(dim, end, device):
@@ -264,3 +300,31 @@ def test_complex_results_load_from_the_disk_cache(tmp_path):
     for run in (cold, warm):
         assert run["dtype"] == "torch.complex64"
         assert run["w"] == torch.view_as_real(want).tolist()
+
+
+MATH = {
+    "log": torch.log,
+    "sqrt": torch.sqrt,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "isnan": torch.isnan,
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(MATH))
+def test_math(name, dtype):
+    z = cplx((4, 6), dtype, 24, scale=1.5)
+    z[0, :4] = torch.tensor([0, -2 + 0j, -2 - 0j, complex(math.nan, 1)], dtype=dtype)  # branch cut, NaN
+    z[1, 0] = 1e-9 + 1e-9j  # sinh of a tiny imaginary part
+    check(MATH[name], z)
+
+
+def test_comparisons():
+    z = cplx((3, 4), torch.complex64, 25)
+    w = z.clone()
+    w[0, 1] += 1j
+    check(lambda a, b: a == b, z, w)
+    check(lambda a, b: a != b, z, w)
+    check(lambda a: a == (z[1, 2].item()), z)  # a Python complex number
+    check(lambda a, b: a == b, z, z.real)  # a real operand as (x, 0)

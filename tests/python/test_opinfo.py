@@ -50,6 +50,17 @@ SUBSET = {
     "special.scaled_modified_bessel_k0", "special.scaled_modified_bessel_k1",
     "signal.windows.kaiser", "special.bessel_j0", "special.bessel_j1", "special.bessel_y0",
     "special.bessel_y1", "special.spherical_bessel_j0",
+    "fft.fft", "fft.ifft", "fft.rfft", "fft.irfft", "fft.hfft", "fft.ihfft", "fft.fft2",
+    "fft.rfft2", "fft.fftn", "fft.ifftn", "fft.rfftn", "fft.irfftn", "fft.fftshift", "stft",
+    "istft",
+}
+# the ops of lower_complex.cpp and lower_fft.cpp, in complex64 too
+COMPLEX_SUBSET = {
+    "add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "sin", "cos", "abs", "angle",
+    "sgn", "reciprocal", "conj_physical", "sum", "mean", "mm", "bmm", "matmul", "cat",
+    "stack", "roll", "flip", "tril", "triu", "index_select", "gather", "where", "eq", "ne",
+    "isnan", "view_as_real", "fft.fft", "fft.ifft", "fft.fft2", "fft.fftn", "fft.irfft",
+    "fft.hfft",
 }
 # ops whose named variants are in the subset too: (name, variant_test_name)
 VARIANTS = {("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
@@ -63,11 +74,17 @@ VARIANTS |= {("mvlgamma", f"mvlgamma_p_{p}") for p in (1, 3, 5)}
 VARIANTS |= {("max", "reduction_with_dim"), ("min", "reduction_with_dim")}
 OPS = [op for op in op_db
        if (op.name in SUBSET and op.variant_test_name == "") or (op.name, op.variant_test_name) in VARIANTS]
+COMPLEX_OPS = [op for op in op_db if op.name in COMPLEX_SUBSET and op.variant_test_name == ""]
 
 
 class TestTpuOpInfo(TestCase):
     @ops(OPS, allowed_dtypes=(torch.float32,))
     def test_matches_cpu(self, device, dtype, op):
+        for sample in op.sample_inputs(device, dtype, requires_grad=False):
+            run_sample(op, sample, dtype)
+
+    @ops(COMPLEX_OPS, allowed_dtypes=(torch.complex64,))
+    def test_complex_matches_cpu(self, device, dtype, op):
         for sample in op.sample_inputs(device, dtype, requires_grad=False):
             run_sample(op, sample, dtype)
 

@@ -6,11 +6,15 @@
 // of a complex op is promoted to (x, 0) first, as type promotion does there, so
 // infinities and NaNs propagate the same way.
 //
-// Covered: add, sub (with alpha), mul, div, neg, conj_physical, reciprocal, exp, abs,
-// angle, sgn, polar, complex, fill_, zero_, sum and mean. view_as_real / view_as_complex (and so
-// real / imag) are views (ops.cpp); copies between complex dtypes and from real ones are
-// native_copy's.
+// Covered: add, sub (with alpha), mul, div, neg, conj_physical, reciprocal, exp, log,
+// sqrt, sin, cos, abs, angle, sgn, isnan, eq, ne, polar, complex, fill_, zero_, sum, mean, mm and bmm (so matmul), and data
+// movement through the real lowerings (roll, flip, cat, index_select, gather, where, ...);
+// torch.fft is lower_fft.cpp's. view_as_real / view_as_complex (and so real / imag) are
+// views (ops.cpp); copies between complex dtypes and from real ones are native_copy's.
+#include <ATen/ops/empty_strided.h>
+
 #include <cmath>
+#include <string>
 
 #include "lower_ew.h"
 #include "native.h"
@@ -159,6 +163,49 @@ void sgn_out(LowerCtx &ctx) {  // z / |z|, 0 for 0
   set_complex(ctx, {e.sel(zero, e.k(0), e.div(z.re, a)), e.sel(zero, e.k(0), e.div(z.im, a))});
 }
 
+void log_out(LowerCtx &ctx) {  // (log |z|, arg z)
+  Cew e = cew_of(ctx);
+  Cx z = e.arg(ctx, 0);
+  set_complex(ctx, {e.un(TPU_OP_LOG, e.abs(z)), e.op(TPU_OP_ATAN2, z.im, z.re)});
+}
+
+// The principal square root: t = sqrt((|z| + |a|) / 2); (t, b / 2t) for a >= 0, else
+// (|b| / 2t, t with b's sign); sqrt(0 + bi) of b = 0 is (0, b)
+void sqrt_out(LowerCtx &ctx) {
+  Cew e = cew_of(ctx);
+  Cx z = e.arg(ctx, 0);
+  tpu_value_t t = e.un(TPU_OP_SQRT, e.mul(e.add(e.abs(z), e.un(TPU_OP_ABS, z.re)), e.k(0.5)));
+  tpu_value_t q = e.div(z.im, e.add(t, t));
+  tpu_value_t signed_t = e.sel(e.signbit(z.im), e.un(TPU_OP_NEG, t), t);
+  tpu_value_t pos = e.cmp(TPU_CMP_GE, z.re, e.k(0));
+  Cx r{e.sel(pos, t, e.un(TPU_OP_ABS, q)), e.sel(pos, q, signed_t)};
+  tpu_value_t zero = e.cmp(TPU_CMP_EQ, t, e.k(0));
+  set_complex(ctx, {e.sel(zero, e.k(0), r.re), e.sel(zero, z.im, r.im)});
+}
+
+// cosh b and sinh b of the imaginary parts: (e^b + e^-b) / 2 and (expm1 b - expm1 -b) / 2
+// (no cancellation for small b)
+std::pair<tpu_value_t, tpu_value_t> cosh_sinh(const Cew &e, tpu_value_t b) {
+  tpu_value_t nb = e.un(TPU_OP_NEG, b), half = e.k(0.5);
+  return {e.mul(e.add(e.un(TPU_OP_EXP, b), e.un(TPU_OP_EXP, nb)), half),
+          e.mul(e.sub(e.un(TPU_OP_EXPM1, b), e.un(TPU_OP_EXPM1, nb)), half)};
+}
+
+void sin_out(LowerCtx &ctx) {  // (sin a cosh b, cos a sinh b)
+  Cew e = cew_of(ctx);
+  Cx z = e.arg(ctx, 0);
+  auto [ch, sh] = cosh_sinh(e, z.im);
+  set_complex(ctx, {e.mul(e.un(TPU_OP_SIN, z.re), ch), e.mul(e.un(TPU_OP_COS, z.re), sh)});
+}
+
+void cos_out(LowerCtx &ctx) {  // (cos a cosh b, -sin a sinh b)
+  Cew e = cew_of(ctx);
+  Cx z = e.arg(ctx, 0);
+  auto [ch, sh] = cosh_sinh(e, z.im);
+  set_complex(ctx, {e.mul(e.un(TPU_OP_COS, z.re), ch),
+                    e.un(TPU_OP_NEG, e.mul(e.un(TPU_OP_SIN, z.re), sh))});
+}
+
 // A real result of a complex input (abs, angle): the input's component dtype.
 Cew real_result(LowerCtx &ctx) {
   return Cew{{ctx.g, component_dtype(ctx.tensor(0).scalar_type()), ctx.out_shape(0)}};
@@ -173,6 +220,29 @@ void angle_out(LowerCtx &ctx) {  // atan2(imag, real)
   Cew e = real_result(ctx);
   Cx z = e.arg(ctx, 0);
   ctx.results = {e.op(TPU_OP_ATAN2, z.im, z.re)};
+}
+
+void isnan_out(LowerCtx &ctx) {  // either part NaN
+  Cew e = real_result(ctx);
+  Cx z = e.arg(ctx, 0);
+  ctx.results = {tpu_graph_binary(ctx.g, TPU_OP_OR, e.isnan(z.re), e.isnan(z.im))};
+}
+
+// eq / ne: both parts equal (a real operand compares with (x, 0))
+template <bool kEqual>
+void equal_out(LowerCtx &ctx) {
+  auto complex_type = [&](size_t i) {
+    const c10::IValue &a = ctx.arg(i);
+    return a.isTensor() && is_complex_pair(a.toTensor().scalar_type()) ? a.toTensor().scalar_type()
+                                                                        : at::kFloat;
+  };
+  at::ScalarType t = complex_type(0) != at::kFloat ? complex_type(0) : complex_type(1);
+  if (t == at::kFloat) throw Unsupported("complex comparison of real tensors");
+  Cew e{{ctx.g, component_dtype(t), ctx.out_shape(0)}};
+  Cx x = e.arg(ctx, 0), y = e.arg(ctx, 1);
+  tpu_value_t same = tpu_graph_binary(ctx.g, TPU_OP_AND, e.cmp(TPU_CMP_EQ, x.re, y.re),
+                                      e.cmp(TPU_CMP_EQ, x.im, y.im));
+  ctx.results = {kEqual ? same : tpu_graph_unary(ctx.g, TPU_OP_NOT, same)};
 }
 
 void polar_out(LowerCtx &ctx) {  // polar.out(abs, angle, out): abs (cos angle, sin angle)
@@ -232,6 +302,111 @@ void mean_out(LowerCtx &ctx) {  // mean.out(self, dim, keepdim, dtype, out)
                     tpu_graph_binary(ctx.g, TPU_OP_DIV, s.im, count)});
 }
 
+// mm.out(self, mat2, out), bmm.out(self, mat2, out): (A + Bi)(C + Di) as one real product
+// at the current precision, [A | B] (..., M, 2K) @ [[C, D], [-D, C]] (..., 2K, 2N) =
+// [AC - BD | AD + BC]
+void matmul_out(LowerCtx &ctx, int batch) {
+  tpu_graph_t *g = ctx.g;
+  tpu_dtype_t dt = component_dtype(ctx.out_meta[0].scalar_type());
+  if (!is_complex_pair(ctx.tensor(0).scalar_type()) || !is_complex_pair(ctx.tensor(1).scalar_type())) {
+    throw Unsupported("complex matmul of a real operand");
+  }
+  tpu_value_t a = convert(g, ctx.v(0), dt), b = convert(g, ctx.v(1), dt);
+  auto cat = [&](tpu_value_t x, tpu_value_t y, int dim) {
+    const tpu_value_t xs[2] = {x, y};
+    return tpu_graph_concatenate(g, xs, 2, dim);
+  };
+  const int rank = batch + 2;
+  tpu_value_t c = complex_part(g, b, 0), d = complex_part(g, b, 1);
+  tpu_value_t lhs = cat(complex_part(g, a, 0), complex_part(g, a, 1), rank - 1);
+  tpu_value_t rhs = cat(cat(c, d, rank - 1), cat(tpu_graph_unary(g, TPU_OP_NEG, d), c, rank - 1),
+                        rank - 2);
+  tpu_dot_attrs_t attrs{};
+  attrs.num_batch = batch;
+  for (int i = 0; i < batch; i++) attrs.lhs_batch[i] = attrs.rhs_batch[i] = i;
+  attrs.num_contract = 1;
+  attrs.lhs_contract[0] = rank - 1;
+  attrs.rhs_contract[0] = rank - 2;
+  attrs.precision = ctx.precision;
+  tpu_value_t y = tpu_graph_dot_general(g, lhs, rhs, &attrs, dt);
+  tpu_shape_t s = shape_of(g, y);
+  const int64_t n = s.dims[rank - 1] / 2;
+  int64_t lo[TPU_MAX_RANK] = {}, hi[TPU_MAX_RANK], st[TPU_MAX_RANK];
+  for (int i = 0; i < rank; i++) hi[i] = s.dims[i], st[i] = 1;
+  hi[rank - 1] = n;
+  tpu_value_t re = tpu_graph_slice(g, y, lo, hi, st);
+  lo[rank - 1] = n;
+  hi[rank - 1] = 2 * n;
+  tpu_value_t im = tpu_graph_slice(g, y, lo, hi, st);
+  ctx.results = {complex_join(g, re, im)};
+}
+
+void mm_out(LowerCtx &ctx) { matmul_out(ctx, 0); }
+void bmm_out(LowerCtx &ctx) { matmul_out(ctx, 1); }
+
+// Data movement (each result element a copy of one input element, or zero): the op's real
+// lowering applied to the real parts and to the imaginary parts, joined. |data| lists the
+// arguments moved (which must be complex; the others are indices, masks, sizes).
+struct Movement {
+  const char *op;
+  std::initializer_list<int> data;
+};
+const Movement kMovements[] = {
+    {"roll", {0}}, {"roll.out", {0}}, {"flip", {0}}, {"flip.out", {0}},
+    {"repeat", {0}}, {"repeat.out", {0}}, {"narrow_copy", {0}}, {"narrow_copy.out", {0}},
+    {"tril.out", {0}}, {"triu.out", {0}}, {"index_select", {0}}, {"index_select.out", {0}},
+    {"gather", {0}}, {"gather.out", {0}}, {"cat.out", {0}}, {"where.self", {1, 2}},
+    {"where.self_out", {1, 2}}, {"constant_pad_nd", {0}}, {"constant_pad_nd.out", {0}},
+};
+
+void by_parts(LowerCtx &ctx) {
+  const c10::OperatorName &on = ctx.schema->operator_name();
+  std::string name = on.name.substr(6) + (on.overload_name.empty() ? "" : "." + on.overload_name);
+  const Movement *mv = nullptr;
+  for (const Movement &m : kMovements) {
+    if (name == m.op) mv = &m;
+  }
+  LowerFn real = find_lowering(name);
+  if (!mv || !real) throw Unsupported("complex " + name);
+  auto complex_tensor = [](const at::Tensor &t) { return is_complex_pair(t.scalar_type()); };
+  for (int i : mv->data) {
+    const c10::IValue &a = ctx.arg(i);
+    if (a.isTensor() && !complex_tensor(a.toTensor())) throw Unsupported("real data");
+    if (a.isTensorList()) {
+      for (const at::Tensor &t : a.toTensorList()) {
+        if (!complex_tensor(t)) throw Unsupported("real data");
+      }
+    }
+  }
+  if (name.rfind("constant_pad_nd", 0) == 0 && ctx.arg(2).toScalar().toComplexDouble() != c10::complex<double>(0, 0)) {
+    throw Unsupported("complex pad value");  // the parts would both get it
+  }
+  LowerCtx c = ctx;
+  for (at::Tensor &m : c.out_meta) {
+    if (!m.defined() || !complex_tensor(m)) throw Unsupported("a real result");
+    m = at::empty_strided(m.sizes(), m.strides(),
+                          m.options().dtype(m.scalar_type() == at::kComplexFloat ? at::kFloat
+                                                                                 : at::kDouble));
+  }
+  std::vector<tpu_value_t> parts[2];
+  for (int k = 0; k < 2; k++) {
+    for (int i : mv->data) {
+      if (ctx.arg(i).isTensor()) c.value[i] = complex_part(ctx.g, ctx.v(i), k);
+      for (size_t e = 0; e < ctx.list[i].size(); e++) {
+        c.list[i][e] = complex_part(ctx.g, ctx.list[i][e], k);
+      }
+    }
+    c.results.clear();
+    real(c);
+    if (!c.updates.empty() || !c.list_updates.empty()) throw Unsupported("updates");
+    parts[k] = c.results;
+  }
+  ctx.results.clear();
+  for (size_t r = 0; r < parts[0].size(); r++) {
+    ctx.results.push_back(complex_join(ctx.g, parts[0][r], parts[1][r]));
+  }
+}
+
 [[maybe_unused]] const bool registered = [] {
   const std::pair<const char *, LowerFn> ops[] = {
       {"add.out", add_out},
@@ -242,6 +417,15 @@ void mean_out(LowerCtx &ctx) {  // mean.out(self, dim, keepdim, dtype, out)
       {"neg.out", neg_out},
       {"conj_physical.out", conj_physical_out},
       {"exp.out", exp_out},
+      {"log.out", log_out},
+      {"sqrt.out", sqrt_out},
+      {"sin.out", sin_out},
+      {"cos.out", cos_out},
+      {"isnan", isnan_out},
+      {"eq.Tensor_out", equal_out<true>},
+      {"eq.Scalar_out", equal_out<true>},
+      {"ne.Tensor_out", equal_out<false>},
+      {"ne.Scalar_out", equal_out<false>},
       {"sgn.out", sgn_out},
       {"abs.out", abs_out},
       {"angle", angle_out},
@@ -252,8 +436,11 @@ void mean_out(LowerCtx &ctx) {  // mean.out(self, dim, keepdim, dtype, out)
       {"zero_", zero_},
       {"sum.IntList_out", sum_out},
       {"mean.out", mean_out},
+      {"mm.out", mm_out},
+      {"bmm.out", bmm_out},
   };
   for (const auto &[op, fn] : ops) register_complex_lowering(op, fn);
+  for (const Movement &m : kMovements) register_complex_lowering(m.op, by_parts);
   return true;
 }();
 

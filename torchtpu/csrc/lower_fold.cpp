@@ -1,6 +1,7 @@
 // lower_fold.cpp: lowerings of im2col and col2im (F.unfold / F.fold, nn.Unfold / nn.Fold:
 // patch embeddings, sliding-window attention, convolution written by hand), forward and
-// backward: ATen's derivatives make each one the other's backward.
+// backward: ATen's derivatives make each one the other's backward. Also unfold_backward
+// (Tensor.unfold's backward, torch.istft's overlap-add).
 //
 // With (B, C, H, W) images (B = 1 when unbatched), kernel (kh, kw), dilation d, padding p,
 // stride s, the image padded with p zeros on both sides is (B * C, Hp * Wp), Hp = H + 2 p,
@@ -128,6 +129,44 @@ void col2im_check(const std::vector<c10::IValue> &args) {
                                  s[1]);
 }
 
+// unfold_backward(grad_in, input_sizes, dim, size, step): Tensor.unfold's backward, the
+// overlap-add of windows (torch.istft's): window w's element j adds into position
+// w * step + j of |dim|. grad_in is |input_sizes| with |dim| replaced by the W windows,
+// plus a trailing dim of |size|; one scatter-add of its (W * size) slices.
+void unfold_backward(LowerCtx &ctx) {
+  tpu_graph_t *g = ctx.g;
+  tpu_value_t grad = ctx.v(0);
+  tpu_shape_t gs = shape_of(g, grad), out = ctx.out_shape(0);
+  const int rank = out.rank;
+  const int64_t dim = wrap_dim(ctx.arg(2).toInt(), rank), size = ctx.arg(3).toInt();
+  const int64_t step = ctx.arg(4).toInt(), windows = rank ? gs.dims[dim] : 1;
+  if (rank == 0) throw Unsupported("unfold_backward of a 0-d tensor");
+  // (..., W at dim, ..., size) -> (W, size, the other dims in order) -> (W * size, ...)
+  int64_t perm[TPU_MAX_RANK];
+  int k = 0;
+  perm[k++] = dim;
+  perm[k++] = rank;
+  for (int d = 0; d < rank; d++) {
+    if (d != dim) perm[k++] = d;
+  }
+  tpu_value_t moved = tpu_graph_transpose(g, grad, perm);
+  tpu_shape_t flat = shape_of(g, moved);
+  flat.dims[1] *= flat.dims[0];
+  for (int d = 0; d < flat.rank - 1; d++) flat.dims[d] = flat.dims[d + 1];
+  flat.rank--;
+  tpu_value_t updates = tpu_graph_reshape(g, moved, &flat);
+  tpu_shape_t ws{}, line{};
+  ws.rank = 2, ws.dims[0] = windows, ws.dims[1] = size;
+  line.rank = 1, line.dims[0] = windows * size;
+  tpu_value_t index = tpu_graph_binary(
+      g, TPU_OP_ADD,
+      tpu_graph_binary(g, TPU_OP_MUL, tpu_graph_iota(g, TPU_I64, &ws, 0), full(g, TPU_I64, ws, step)),
+      tpu_graph_iota(g, TPU_I64, &ws, 1));
+  index = tpu_graph_reshape(g, index, &line);
+  tpu_value_t zeros = full(g, dtype_of(g, grad), out, 0.0);
+  ctx.results = {scatter_slices(g, zeros, dim, index, updates, true)};
+}
+
 [[maybe_unused]] const bool checks_registered =
     (register_presize("im2col", im2col_check), register_presize("im2col.out", im2col_check),
      register_presize("col2im", col2im_check), register_presize("col2im.out", col2im_check), true);
@@ -137,6 +176,8 @@ LoweringRegistrar registrar({
     {"im2col.out", im2col},
     {"col2im", col2im},
     {"col2im.out", col2im},
+    {"unfold_backward", unfold_backward},
+    {"unfold_backward.out", unfold_backward},
 });
 
 }  // namespace
