@@ -118,7 +118,25 @@ def test_spectral_conv_compiled(highest):
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
 
 
-def test_long_transforms_take_the_fallback_with_the_cpus_result():
-    x = signal((2, 1500))
+@pytest.mark.parametrize("n", [1500, 2048])
+def test_long_transforms_split_in_four_steps(n):
+    """Lengths above 1024 as n1 x n2 (1500 = 30 x 50, 2048 = 32 x 64): transforms of the
+    columns, twiddles, transforms of the rows. Outputs are up to about sqrt(n) * 4 here, so
+    atol scales with it."""
+    x, z = signal((2, n)), signal((2, n), torch.complex64, 4)
+    tol = dict(rtol=1e-4, atol=2e-4 * n ** 0.5)
+
+    def close(fn, t):
+        want = fn(t)
+        got = no_fallback(lambda: fn(tpu(t)))
+        torch.testing.assert_close(got.cpu(), want, **tol)
+    close(torch.fft.fft, z)
+    close(torch.fft.ifft, z)
+    close(torch.fft.rfft, x)
+    close(lambda t: torch.fft.irfft(t, n=n), torch.fft.rfft(x))
+
+
+def test_prime_lengths_above_1024_take_the_fallback_with_the_cpus_result():
+    x = signal((2, 1031))
     got = torch.fft.rfft(tpu(x)).cpu()
     torch.testing.assert_close(got, torch.fft.rfft(x), rtol=1e-4, atol=1e-3)

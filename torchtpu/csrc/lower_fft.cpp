@@ -3,8 +3,9 @@
 // HIGHEST precision whatever torch.tpu.precision says (one bf16 pass would leave a
 // transform with 1e-2 errors), one dim at a time: the dim moved last, one dot_general with
 // a block of twiddle factors, moved back. A transform of length n costs 4 n m
-// multiply-adds per signal (m outputs), which the MXU does faster than an FFT's scattered
-// butterflies at these sizes; lengths above kMaxLength take the CPU fallback.
+// multiply-adds per signal (m outputs); lengths above kMaxLength split as n1 n2 (the
+// four-step algorithm, two rounds of shorter products); lengths with no such split (a
+// prime above kMaxLength) take the CPU fallback.
 //
 // Complex values are (real, imaginary) pairs (IrLayout): a complex DFT is one product of
 // [re | im] (..., 2n) with [[C, -S], [S, C]] (forward; its transpose's signs for the
@@ -96,18 +97,79 @@ struct MoveLast {
   tpu_value_t out(tpu_value_t v) const { return tpu_graph_transpose(g, v, back); }
 };
 
-// Complex (re, im) DFT along |dim| (length n -> n), forward (e^-i) or inverse (e^+i).
-std::pair<tpu_value_t, tpu_value_t> c2c_dim(tpu_graph_t *g, tpu_value_t re, tpu_value_t im,
-                                            int dim, bool forward) {
-  const int rank = shape_of(g, re).rank;
-  const int64_t n = shape_of(g, re).dims[dim];
-  if (n > kMaxLength) throw Unsupported("fft longer than 1024");
-  MoveLast m(g, rank, dim);
-  auto [c, s] = twiddles(g, n, n, n, dtype_of(g, re));
-  tpu_value_t top = forward ? cat(g, c, neg(g, s), 1) : cat(g, c, s, 1);
-  tpu_value_t bottom = forward ? cat(g, s, c, 1) : cat(g, neg(g, s), c, 1);
-  tpu_value_t y = times(g, cat(g, m.in(re), m.in(im), rank - 1), cat(g, top, bottom, 0));
-  return {m.out(last_slice(g, y, 0, n)), m.out(last_slice(g, y, n, n))};
+using Parts = std::pair<tpu_value_t, tpu_value_t>;
+
+// The transposed value of |v|'s last two dims.
+tpu_value_t swap_last_two(tpu_graph_t *g, tpu_value_t v) {
+  const int rank = shape_of(g, v).rank;
+  int64_t perm[TPU_MAX_RANK];
+  for (int i = 0; i < rank; i++) perm[i] = i;
+  std::swap(perm[rank - 2], perm[rank - 1]);
+  return tpu_graph_transpose(g, v, perm);
+}
+
+tpu_value_t reshaped(tpu_graph_t *g, tpu_value_t v, const tpu_shape_t &s) {
+  return tpu_graph_reshape(g, v, &s);
+}
+
+// The factor n1 of n with n1, n / n1 <= kMaxLength closest to sqrt(n), or 0.
+int64_t split_length(int64_t n) {
+  int64_t best = 0;
+  for (int64_t n1 = 2; n1 <= kMaxLength; n1++) {
+    if (n % n1 == 0 && n / n1 <= kMaxLength &&
+        (!best || std::llabs(n1 * n1 - n) < std::llabs(best * best - n))) {
+      best = n1;
+    }
+  }
+  return best;
+}
+
+// Complex DFT along the last dim (length n -> n), forward (e^-i) or inverse (e^+i). Up to
+// kMaxLength one product with the twiddle block; longer lengths n = n1 n2 by the four-step
+// algorithm (input j = n2 j1 + j2, output k = k1 + n1 k2): length-n1 transforms of the
+// columns, a twiddle factor e^(-+2 pi i k1 j2 / n), length-n2 transforms of the rows, the
+// (n1, n2) result read transposed.
+Parts dft_last(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, bool forward) {
+  const tpu_shape_t shape = shape_of(g, re);
+  const int rank = shape.rank;
+  const int64_t n = shape.dims[rank - 1];
+  const tpu_dtype_t dt = dtype_of(g, re);
+  if (n <= kMaxLength) {
+    auto [c, s] = twiddles(g, n, n, n, dt);
+    tpu_value_t top = forward ? cat(g, c, neg(g, s), 1) : cat(g, c, s, 1);
+    tpu_value_t bottom = forward ? cat(g, s, c, 1) : cat(g, neg(g, s), c, 1);
+    tpu_value_t y = times(g, cat(g, re, im, rank - 1), cat(g, top, bottom, 0));
+    return {last_slice(g, y, 0, n), last_slice(g, y, n, n)};
+  }
+  const int64_t n1 = split_length(n), n2 = n1 ? n / n1 : 0;
+  if (!n1 || rank >= TPU_MAX_RANK) throw Unsupported("fft length without a split");
+  tpu_shape_t grid = shape;  // (..., n1, n2)
+  grid.dims[rank - 1] = n1;
+  grid.dims[rank] = n2;
+  grid.rank++;
+  // columns: (..., n2, n1) transforms of length n1, back to (..., k1, j2)
+  auto [br, bi] = dft_last(g, swap_last_two(g, reshaped(g, re, grid)),
+                           swap_last_two(g, reshaped(g, im, grid)), forward);
+  br = swap_last_two(g, br);
+  bi = swap_last_two(g, bi);
+  // twiddles (k1, j2): (re + i im)(c -+ i s)
+  auto [c, s] = twiddles(g, n1, n2, n, dt);
+  tpu_value_t cb = broadcast_to(g, c, grid), sb = broadcast_to(g, s, grid);
+  auto mul = [&](tpu_value_t a, tpu_value_t b) { return tpu_graph_binary(g, TPU_OP_MUL, a, b); };
+  auto add = [&](tpu_value_t a, tpu_value_t b) { return tpu_graph_binary(g, TPU_OP_ADD, a, b); };
+  auto sub = [&](tpu_value_t a, tpu_value_t b) { return tpu_graph_binary(g, TPU_OP_SUB, a, b); };
+  tpu_value_t tr = forward ? add(mul(br, cb), mul(bi, sb)) : sub(mul(br, cb), mul(bi, sb));
+  tpu_value_t ti = forward ? sub(mul(bi, cb), mul(br, sb)) : add(mul(bi, cb), mul(br, sb));
+  // rows: transforms of length n2 -> (..., k1, k2), read as k = k1 + n1 k2
+  auto [yr, yi] = dft_last(g, tr, ti, forward);
+  return {reshaped(g, swap_last_two(g, yr), shape), reshaped(g, swap_last_two(g, yi), shape)};
+}
+
+// Complex DFT along |dim|.
+Parts c2c_dim(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, int dim, bool forward) {
+  MoveLast m(g, shape_of(g, re).rank, dim);
+  auto [yr, yi] = dft_last(g, m.in(re), m.in(im), forward);
+  return {m.out(yr), m.out(yi)};
 }
 
 // Scales both parts by the normalization (0 none, 1 1/sqrt(N), 2 1/N; N = |count|).
@@ -160,12 +222,20 @@ void fft_r2c(LowerCtx &ctx) {
   if (dims.empty()) throw Unsupported("r2c over no dims");
   const int last = dims.back();
   const int64_t n = shape_of(g, x).dims[last];
-  if (n > kMaxLength) throw Unsupported("fft longer than 1024");
   const int64_t m = ctx.arg(3).toBool() ? n / 2 + 1 : n;
   MoveLast ml(g, rank, last);
-  auto [c, s] = twiddles(g, n, m, n, dt);
-  tpu_value_t y = times(g, ml.in(x), cat(g, c, neg(g, s), 1));
-  tpu_value_t re = ml.out(last_slice(g, y, 0, m)), im = ml.out(last_slice(g, y, m, m));
+  tpu_value_t re, im;
+  if (n <= kMaxLength) {
+    auto [c, s] = twiddles(g, n, m, n, dt);
+    tpu_value_t y = times(g, ml.in(x), cat(g, c, neg(g, s), 1));
+    re = ml.out(last_slice(g, y, 0, m));
+    im = ml.out(last_slice(g, y, m, m));
+  } else {  // the complex transform of (x, 0), its first m outputs
+    tpu_value_t xr = ml.in(x);
+    auto [yr, yi] = dft_last(g, xr, full(g, dt, shape_of(g, xr), 0.0), true);
+    re = ml.out(last_slice(g, yr, 0, m));
+    im = ml.out(last_slice(g, yi, 0, m));
+  }
   double count = static_cast<double>(n);
   for (size_t i = 0; i + 1 < dims.size(); i++) {
     count *= static_cast<double>(shape_of(g, re).dims[dims[i]]);
@@ -173,6 +243,33 @@ void fft_r2c(LowerCtx &ctx) {
   }
   normalize(g, re, &im, ctx.arg(2).toInt(), count);
   set_pair(ctx, re, im);
+}
+
+// A long c2r along the last dim: the whole spectrum of n values from the half (X_k for
+// k >= m is conj X_(n-k); the imaginary parts of X_0 and X_(n/2) ignored), its inverse
+// complex transform's real part.
+tpu_value_t long_c2r(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, int64_t n) {
+  const int64_t m = n / 2 + 1;
+  tpu_shape_t s = shape_of(g, re);
+  const int rank = s.rank;
+  const tpu_dtype_t dt = dtype_of(g, re);
+  // imaginary parts of k = 0 and k = n / 2 (even n) zeroed
+  tpu_value_t k = tpu_graph_iota(g, TPU_I64, &s, rank - 1);
+  tpu_value_t edge = tpu_graph_compare(g, TPU_CMP_EQ, k, full(g, TPU_I64, s, 0));
+  if (n % 2 == 0) {
+    edge = tpu_graph_binary(g, TPU_OP_OR, edge,
+                            tpu_graph_compare(g, TPU_CMP_EQ, k, full(g, TPU_I64, s, n / 2)));
+  }
+  im = tpu_graph_select(g, edge, full(g, dt, s, 0.0), im);
+  // the mirrored half: index n - k for k in [m, n)
+  const tpu_shape_t rest = shape1(n - m);
+  tpu_value_t idx = tpu_graph_binary(g, TPU_OP_SUB, full(g, TPU_I64, rest, n),
+                                     tpu_graph_binary(g, TPU_OP_ADD, tpu_graph_iota(g, TPU_I64, &rest, 0),
+                                                      full(g, TPU_I64, rest, m)));
+  auto mirrored = [&](tpu_value_t v) { return gather_slices(g, v, rank - 1, idx); };
+  tpu_value_t full_re = cat(g, re, mirrored(re), rank - 1);
+  tpu_value_t full_im = cat(g, im, neg(g, mirrored(im)), rank - 1);
+  return dft_last(g, full_re, full_im, false).first;
 }
 
 // _fft_c2r(self, dim, normalization, last_dim_size): inverse complex transforms along all
@@ -195,11 +292,16 @@ void fft_c2r(LowerCtx &ctx) {
   }
   const int last = dims.back();
   const int64_t n = ctx.arg(3).toInt(), m = n / 2 + 1;
-  if (n > kMaxLength || n < 1) throw Unsupported("fft length");
+  if (n < 1) throw Unsupported("fft length");
   if (shape_of(g, re).dims[last] < m) throw Unsupported("c2r of a short half spectrum");
   MoveLast ml(g, rank, last);
   re = last_slice(g, ml.in(re), 0, m);
   im = last_slice(g, ml.in(im), 0, m);
+  if (n > kMaxLength) {
+    ctx.results = {ml.out(long_c2r(g, re, im, n))};
+    normalize(g, ctx.results[0], nullptr, ctx.arg(2).toInt(), count * static_cast<double>(n));
+    return;
+  }
   auto [c, s] = twiddles(g, m, n, n, dt);  // rows k, columns j
   // w_k per row: 2, with 1 for k = 0 and for k = n / 2 of an even n
   const tpu_shape_t mn = shape2(m, n);
