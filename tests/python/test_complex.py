@@ -328,3 +328,20 @@ def test_comparisons():
     check(lambda a, b: a != b, z, w)
     check(lambda a: a == (z[1, 2].item()), z)  # a Python complex number
     check(lambda a, b: a == b, z, z.real)  # a real operand as (x, 0)
+
+
+def test_pow_sigmoid_norm_cumsum():
+    z, w = cplx((3, 5), torch.complex64, 26), cplx((3, 5), torch.complex64, 27)
+    z[0, 0] = 0
+    check(lambda a: a ** 2, z)
+    check(lambda a: a ** torch.arange(5.0, device=a.device), z)  # 0 ** 0 is NaN, as cpow
+    check(lambda a: a ** 0.5, z)
+    check(lambda a: a ** (1 + 1j), z)
+    check(lambda a: a ** torch.zeros(5, dtype=torch.complex64, device=a.device), z)
+    check(lambda a, b: a ** b, z, w)
+    check(lambda a: 2 ** a, z)
+    check(torch.sigmoid, z)
+    check(torch.linalg.vector_norm, z)
+    check(lambda a: torch.linalg.vector_norm(a, 1, dim=1, keepdim=True), z)
+    check(lambda a: torch.linalg.norm(a), z)
+    check(lambda a: torch.cumsum(a, 1), z)

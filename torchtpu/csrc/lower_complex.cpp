@@ -6,8 +6,8 @@
 // of a complex op is promoted to (x, 0) first, as type promotion does there, so
 // infinities and NaNs propagate the same way.
 //
-// Covered: add, sub (with alpha), mul, div, neg, conj_physical, reciprocal, exp, log,
-// sqrt, sin, cos, abs, angle, sgn, isnan, eq, ne, polar, complex, fill_, zero_, sum, mean, mm and bmm (so matmul), and data
+// Covered: add, sub (with alpha), mul, div, neg, conj_physical, reciprocal, exp, log, pow,
+// sqrt, sin, cos, sigmoid, abs, angle, sgn, isnan, eq, ne, linalg_vector_norm, polar, complex, fill_, zero_, sum, mean, mm and bmm (so matmul), and data
 // movement through the real lowerings (roll, flip, cat, index_select, gather, where, ...);
 // torch.fft is lower_fft.cpp's. view_as_real / view_as_complex (and so real / imag) are
 // views (ops.cpp); copies between complex dtypes and from real ones are native_copy's.
@@ -81,6 +81,13 @@ struct Cew : Ew {
     return {sel(both_zero, q0.re, sel(c_big, q1.re, q2.re)),
             sel(both_zero, q0.im, sel(c_big, q1.im, q2.im))};
   }
+  // e^a (cos b, sin b)
+  Cx exp(const Cx &z) const {
+    tpu_value_t m = un(TPU_OP_EXP, z.re);
+    return {Ew::mul(m, un(TPU_OP_COS, z.im)), Ew::mul(m, un(TPU_OP_SIN, z.im))};
+  }
+  // (log |z|, arg z)
+  Cx log(const Cx &z) const { return {un(TPU_OP_LOG, abs(z)), op(TPU_OP_ATAN2, z.im, z.re)}; }
   // |z| as std::hypot: the larger part times sqrt(1 + (smaller / larger)^2); infinite if
   // either part is (even with a NaN in the other), 0 for 0
   tpu_value_t abs(const Cx &z) const {
@@ -148,11 +155,9 @@ void conj_physical_out(LowerCtx &ctx) {
   set_complex(ctx, {z.re, e.un(TPU_OP_NEG, z.im)});
 }
 
-void exp_out(LowerCtx &ctx) {  // e^a (cos b, sin b)
+void exp_out(LowerCtx &ctx) {
   Cew e = cew_of(ctx);
-  Cx z = e.arg(ctx, 0);
-  tpu_value_t m = e.un(TPU_OP_EXP, z.re);
-  set_complex(ctx, {e.mul(m, e.un(TPU_OP_COS, z.im)), e.mul(m, e.un(TPU_OP_SIN, z.im))});
+  set_complex(ctx, e.exp(e.arg(ctx, 0)));
 }
 
 void sgn_out(LowerCtx &ctx) {  // z / |z|, 0 for 0
@@ -163,10 +168,33 @@ void sgn_out(LowerCtx &ctx) {  // z / |z|, 0 for 0
   set_complex(ctx, {e.sel(zero, e.k(0), e.div(z.re, a)), e.sel(zero, e.k(0), e.div(z.im, a))});
 }
 
-void log_out(LowerCtx &ctx) {  // (log |z|, arg z)
+void log_out(LowerCtx &ctx) {
+  Cew e = cew_of(ctx);
+  set_complex(ctx, e.log(e.arg(ctx, 0)));
+}
+
+// pow.Tensor_Tensor_out / Tensor_Scalar_out / Scalar_out: e^(w log z), as the CPU's
+// cpow. A real exponent scales log z's parts (no cross terms with its zero imaginary part).
+// 0^w, where log 0 = -inf makes the products 0 * inf: 0 for w with a positive real part,
+// NaN otherwise (C99's special values, which the CPU's cpow follows).
+void pow_out(LowerCtx &ctx) {
+  Cew e = cew_of(ctx);
+  const c10::IValue &w = ctx.arg(1);
+  const bool real_w = w.isTensor() ? !is_complex_pair(w.toTensor().scalar_type())
+                                   : !w.toScalar().isComplex();
+  Cx z = e.arg(ctx, 0);
+  Cx p = e.exp(real_w ? e.scale(e.log(z), e.arg(ctx, 1).re) : e.mul(e.arg(ctx, 1), e.log(z)));
+  tpu_value_t zero = tpu_graph_binary(ctx.g, TPU_OP_AND, e.cmp(TPU_CMP_EQ, z.re, e.k(0)),
+                                      e.cmp(TPU_CMP_EQ, z.im, e.k(0)));
+  tpu_value_t at_zero = e.sel(e.cmp(TPU_CMP_GT, e.arg(ctx, 1).re, e.k(0)), e.k(0), e.k(NAN));
+  set_complex(ctx, {e.sel(zero, at_zero, p.re), e.sel(zero, at_zero, p.im)});
+}
+
+void sigmoid_out(LowerCtx &ctx) {  // 1 / (1 + e^-z)
   Cew e = cew_of(ctx);
   Cx z = e.arg(ctx, 0);
-  set_complex(ctx, {e.un(TPU_OP_LOG, e.abs(z)), e.op(TPU_OP_ATAN2, z.im, z.re)});
+  Cx d = e.exp({e.un(TPU_OP_NEG, z.re), e.un(TPU_OP_NEG, z.im)});
+  set_complex(ctx, e.div({e.k(1), e.k(0)}, {e.add(e.k(1), d.re), d.im}));
 }
 
 // The principal square root: t = sqrt((|z| + |a|) / 2); (t, b / 2t) for a >= 0, else
@@ -243,6 +271,16 @@ void equal_out(LowerCtx &ctx) {
   tpu_value_t same = tpu_graph_binary(ctx.g, TPU_OP_AND, e.cmp(TPU_CMP_EQ, x.re, y.re),
                                       e.cmp(TPU_CMP_EQ, x.im, y.im));
   ctx.results = {kEqual ? same : tpu_graph_unary(ctx.g, TPU_OP_NOT, same)};
+}
+
+// linalg_vector_norm.out(self, ord (static), dim?, keepdim, dtype?): the norm of |z|
+void vector_norm_out(LowerCtx &ctx) {
+  Cew e = real_result(ctx);
+  Cew whole{{ctx.g, e.dt, shape_of(ctx.g, complex_part(ctx.g, ctx.v(0), 0))}};
+  std::vector<int64_t> dims;
+  if (!ctx.arg(2).isNone()) dims = ctx.arg(2).toIntList().vec();
+  ctx.results = {vector_norm(ctx.g, whole.abs(whole.arg(ctx, 0)), e.dt,
+                             ctx.arg(1).toScalar().toDouble(), dims, ctx.arg(3).toBool())};
 }
 
 void polar_out(LowerCtx &ctx) {  // polar.out(abs, angle, out): abs (cos angle, sin angle)
@@ -344,9 +382,10 @@ void matmul_out(LowerCtx &ctx, int batch) {
 void mm_out(LowerCtx &ctx) { matmul_out(ctx, 0); }
 void bmm_out(LowerCtx &ctx) { matmul_out(ctx, 1); }
 
-// Data movement (each result element a copy of one input element, or zero): the op's real
-// lowering applied to the real parts and to the imaginary parts, joined. |data| lists the
-// arguments moved (which must be complex; the others are indices, masks, sizes).
+// Data movement (each result element a copy of one input element, or zero) and cumsum
+// (a sum, linear in each part): the op's real lowering applied to the real parts and to
+// the imaginary parts, joined. |data| lists the arguments moved (which must be complex;
+// the others are indices, masks, sizes).
 struct Movement {
   const char *op;
   std::initializer_list<int> data;
@@ -357,6 +396,7 @@ const Movement kMovements[] = {
     {"tril.out", {0}}, {"triu.out", {0}}, {"index_select", {0}}, {"index_select.out", {0}},
     {"gather", {0}}, {"gather.out", {0}}, {"cat.out", {0}}, {"where.self", {1, 2}},
     {"where.self_out", {1, 2}}, {"constant_pad_nd", {0}}, {"constant_pad_nd.out", {0}},
+    {"cumsum.out", {0}},
 };
 
 void by_parts(LowerCtx &ctx) {
@@ -418,6 +458,11 @@ void by_parts(LowerCtx &ctx) {
       {"conj_physical.out", conj_physical_out},
       {"exp.out", exp_out},
       {"log.out", log_out},
+      {"pow.Tensor_Tensor_out", pow_out},
+      {"pow.Tensor_Scalar_out", pow_out},
+      {"pow.Scalar_out", pow_out},
+      {"sigmoid.out", sigmoid_out},
+      {"linalg_vector_norm.out", vector_norm_out},
       {"sqrt.out", sqrt_out},
       {"sin.out", sin_out},
       {"cos.out", cos_out},
