@@ -34,7 +34,7 @@ def signal(shape, dtype=torch.float32, seed=0):
 
 
 @pytest.mark.parametrize("norm", [None, "forward", "ortho"])
-@pytest.mark.parametrize("n", [1, 7, 16, 33])
+@pytest.mark.parametrize("n", [1, 7, 16, 33, 300])
 def test_one_dim(n, norm):
     x, z = signal((3, n)), signal((3, n), torch.complex64, 1)
     check(lambda t: torch.fft.fft(t, norm=norm), z)

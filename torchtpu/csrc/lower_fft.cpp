@@ -3,9 +3,9 @@
 // HIGHEST precision whatever torch.tpu.precision says (one bf16 pass would leave a
 // transform with 1e-2 errors), one dim at a time: the dim moved last, one dot_general with
 // a block of twiddle factors, moved back. A transform of length n costs 4 n m
-// multiply-adds per signal (m outputs); lengths above kMaxLength split as n1 n2 (the
-// four-step algorithm, two rounds of shorter products); lengths with no such split (a
-// prime above kMaxLength) take the CPU fallback.
+// multiply-adds per signal (m outputs); lengths above kSplitAbove split as n1 n2 (the
+// four-step algorithm, two rounds of shorter products); lengths with no such split above
+// kMaxLength (a prime) take the CPU fallback.
 //
 // Complex values are (real, imaginary) pairs (IrLayout): a complex DFT is one product of
 // [re | im] (..., 2n) with [[C, -S], [S, C]] (forward; its transpose's signs for the
@@ -19,7 +19,8 @@
 namespace torchtpu {
 namespace {
 
-constexpr int64_t kMaxLength = 1024;
+constexpr int64_t kMaxLength = 1024;  // the longest transform as one product
+constexpr int64_t kSplitAbove = 128;  // longer ones split when they have a factor
 constexpr double kPi = 3.14159265358979323846;
 
 tpu_shape_t shape2(int64_t a, int64_t b) {
@@ -125,24 +126,25 @@ int64_t split_length(int64_t n) {
 }
 
 // Complex DFT along the last dim (length n -> n), forward (e^-i) or inverse (e^+i). Up to
-// kMaxLength one product with the twiddle block; longer lengths n = n1 n2 by the four-step
-// algorithm (input j = n2 j1 + j2, output k = k1 + n1 k2): length-n1 transforms of the
-// columns, a twiddle factor e^(-+2 pi i k1 j2 / n), length-n2 transforms of the rows, the
-// (n1, n2) result read transposed.
+// kSplitAbove (or kMaxLength, for a length with no factors) one product with the twiddle
+// block; longer lengths n = n1 n2 by the four-step algorithm (input j = n2 j1 + j2, output
+// k = k1 + n1 k2): length-n1 transforms of the columns, a twiddle factor
+// e^(-+2 pi i k1 j2 / n), length-n2 transforms of the rows, the (n1, n2) result read
+// transposed. A split does 4 n (n1 + n2) multiply-adds instead of 4 n^2.
 Parts dft_last(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, bool forward) {
   const tpu_shape_t shape = shape_of(g, re);
   const int rank = shape.rank;
   const int64_t n = shape.dims[rank - 1];
   const tpu_dtype_t dt = dtype_of(g, re);
-  if (n <= kMaxLength) {
+  const int64_t n1 = n > kSplitAbove ? split_length(n) : 0, n2 = n1 ? n / n1 : 0;
+  if (!n1 || rank >= TPU_MAX_RANK) {
+    if (n > kMaxLength) throw Unsupported("fft length without a split");
     auto [c, s] = twiddles(g, n, n, n, dt);
     tpu_value_t top = forward ? cat(g, c, neg(g, s), 1) : cat(g, c, s, 1);
     tpu_value_t bottom = forward ? cat(g, s, c, 1) : cat(g, neg(g, s), c, 1);
     tpu_value_t y = times(g, cat(g, re, im, rank - 1), cat(g, top, bottom, 0));
     return {last_slice(g, y, 0, n), last_slice(g, y, n, n)};
   }
-  const int64_t n1 = split_length(n), n2 = n1 ? n / n1 : 0;
-  if (!n1 || rank >= TPU_MAX_RANK) throw Unsupported("fft length without a split");
   tpu_shape_t grid = shape;  // (..., n1, n2)
   grid.dims[rank - 1] = n1;
   grid.dims[rank] = n2;
@@ -225,12 +227,12 @@ void fft_r2c(LowerCtx &ctx) {
   const int64_t m = ctx.arg(3).toBool() ? n / 2 + 1 : n;
   MoveLast ml(g, rank, last);
   tpu_value_t re, im;
-  if (n <= kMaxLength) {
+  if (n <= kSplitAbove) {
     auto [c, s] = twiddles(g, n, m, n, dt);
     tpu_value_t y = times(g, ml.in(x), cat(g, c, neg(g, s), 1));
     re = ml.out(last_slice(g, y, 0, m));
     im = ml.out(last_slice(g, y, m, m));
-  } else {  // the complex transform of (x, 0), its first m outputs
+  } else {  // the complex transform of (x, 0) (it may split), its first m outputs
     tpu_value_t xr = ml.in(x);
     auto [yr, yi] = dft_last(g, xr, full(g, dt, shape_of(g, xr), 0.0), true);
     re = ml.out(last_slice(g, yr, 0, m));
@@ -245,7 +247,7 @@ void fft_r2c(LowerCtx &ctx) {
   set_pair(ctx, re, im);
 }
 
-// A long c2r along the last dim: the whole spectrum of n values from the half (X_k for
+// A c2r along the last dim longer than kSplitAbove: the whole spectrum of n values from the half (X_k for
 // k >= m is conj X_(n-k); the imaginary parts of X_0 and X_(n/2) ignored), its inverse
 // complex transform's real part.
 tpu_value_t long_c2r(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, int64_t n) {
@@ -297,7 +299,7 @@ void fft_c2r(LowerCtx &ctx) {
   MoveLast ml(g, rank, last);
   re = last_slice(g, ml.in(re), 0, m);
   im = last_slice(g, ml.in(im), 0, m);
-  if (n > kMaxLength) {
+  if (n > kSplitAbove) {
     ctx.results = {ml.out(long_c2r(g, re, im, n))};
     normalize(g, ctx.results[0], nullptr, ctx.arg(2).toInt(), count * static_cast<double>(n));
     return;
