@@ -424,3 +424,30 @@ def test_a_plan_replays_only_for_inputs_on_its_chip():
     y = g([x.cpu()])[0]
     assert y.device.type == "cpu"
     torch.testing.assert_close(y, (x.cpu() * 2).exp())
+
+
+def test_a_plan_replays_only_for_inputs_aliased_as_when_captured():
+    # the signature records which inputs share a storage, and at what offset: a plan
+    # captured for separate inputs must not replay when they alias (the graph writes x
+    # before it reads y), and a plan captured for aliased inputs replays for aliased ones
+    def fn(x, y):
+        x.mul_(2)
+        return x + y
+    a, b = torch.randn(8, device="tpu"), torch.randn(8, device="tpu")
+    g, _ = compiled_graph(fn, a, b)
+    plans = g.stats()["plans"]
+    for same in (torch.randn(8, device="tpu") for _ in range(2)):
+        want = same.cpu() * 4  # y is x, already doubled
+        torch.testing.assert_close(g([same, same])[0].cpu(), want)
+    assert g.stats()["plans"] == plans + 1  # captured once, then replayed
+    for base in (torch.randn(16, device="tpu") for _ in range(2)):
+        x, y = base[:8], base[8:]  # one storage at two offsets: a third signature
+        want = x.cpu() * 2 + y.cpu()
+        torch.testing.assert_close(g([x, y])[0].cpu(), want)
+        torch.testing.assert_close(base[:8].cpu(), want - y.cpu())  # x doubled in place
+    p, q = torch.randn(8, device="tpu"), torch.randn(8, device="tpu")
+    want = p.cpu() * 2 + q.cpu()
+    hits = report.totals()["launches"]
+    out = g([p, q])[0]
+    assert report.totals()["launches"] == hits + 1  # the first plan, replayed
+    torch.testing.assert_close(out.cpu(), want)

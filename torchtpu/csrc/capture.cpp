@@ -11,6 +11,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -61,11 +62,20 @@ struct Plan {
 std::mutex g_plans_mu;
 std::unordered_map<int64_t, std::vector<std::unique_ptr<Plan>>> g_plans;  // never erased
 
-// dtype, sizes, strides of each input, and which earlier input shares its storage.
-std::vector<int64_t> signature_of(const std::vector<at::Tensor> &inputs) {
-  std::vector<int64_t> s;
-  s.reserve(inputs.size() * 8);
-  std::unordered_map<const void *, size_t> first_of;  // storage data -> first input using it
+// dtype, sizes, strides of each input, and which earlier input shares its storage, into
+// |s| (cleared first). A replay computes this for every call (an AdamW step has 150
+// inputs), so it allocates nothing once |s| and |by_data| have grown: |by_data| holds
+// (storage data, input index) sorted, to find the first input on each storage.
+void signature_of(at::TensorList inputs, std::vector<int64_t> &s,
+                  std::vector<std::pair<const void *, size_t>> &by_data) {
+  s.clear();
+  by_data.clear();
+  for (size_t i = 0; i < inputs.size(); i++) by_data.emplace_back(inputs[i].storage().data(), i);
+  std::sort(by_data.begin(), by_data.end());
+  auto first_on_storage = [&](const void *data) {
+    auto it = std::lower_bound(by_data.begin(), by_data.end(), std::make_pair(data, size_t{0}));
+    return it->second;  // present: every input's data was added
+  };
   for (size_t i = 0; i < inputs.size(); i++) {
     const at::Tensor &t = inputs[i];
     s.push_back(static_cast<int64_t>(t.scalar_type()));
@@ -73,15 +83,14 @@ std::vector<int64_t> signature_of(const std::vector<at::Tensor> &inputs) {
     for (int64_t d : t.sizes()) s.push_back(d);
     for (int64_t d : t.strides()) s.push_back(d);
     const void *data = t.storage().data();
-    auto [it, fresh] = first_of.emplace(data, i);
-    if (fresh || !data) {
+    size_t first = data ? first_on_storage(data) : i;
+    if (first == i) {
       s.push_back(-1);
       continue;
     }
-    s.push_back(static_cast<int64_t>(it->second));
-    s.push_back(t.storage_offset() - inputs[it->second].storage_offset());
+    s.push_back(static_cast<int64_t>(first));
+    s.push_back(t.storage_offset() - inputs[first].storage_offset());
   }
-  return s;
 }
 
 const char *data_of(const at::Tensor &t) { return static_cast<const char *>(t.const_data_ptr()); }
@@ -176,7 +185,7 @@ at::Tensor result_tensor(const PlanResult &r, const c10::Storage &storage, int64
 }
 
 // Queues one run of |plan| over |inputs|; fills |results| (new tensors for fresh outputs).
-void run_plan(const Plan &plan, const std::vector<at::Tensor> &inputs,
+void run_plan(const Plan &plan, at::TensorList inputs,
               const std::vector<void *> *capture_outputs, std::vector<at::Tensor> *results) {
   Inputs in;
   std::vector<uint64_t> rng_values;
@@ -292,7 +301,8 @@ bool capture_end(c10::DeviceIndex index, int64_t fn, const std::vector<at::Tenso
     plan->exe = compile_pending(p, key, opts);
     plan->name = "compiled " + graph_name(p);
     plan->num_nodes = tpu_graph_num_nodes(p.g);
-    plan->signature = signature_of(inputs);
+    std::vector<std::pair<const void *, size_t>> by_data;
+    signature_of(inputs, plan->signature, by_data);
     run_plan(*plan, inputs, &outs, nullptr);
   } catch (...) {
     p.reset();
@@ -336,7 +346,7 @@ std::string capture_export(c10::DeviceIndex index, const std::vector<at::Tensor>
   return out;
 }
 
-bool replay(int64_t fn, const std::vector<at::Tensor> &inputs, std::vector<at::Tensor> *outputs) {
+bool replay(int64_t fn, at::TensorList inputs, std::vector<at::Tensor> *outputs) {
   // a plan runs on one chip: inputs elsewhere (or on several chips) have none
   c10::DeviceIndex device = -1;
   for (const at::Tensor &t : inputs) {
@@ -348,7 +358,9 @@ bool replay(int64_t fn, const std::vector<at::Tensor> &inputs, std::vector<at::T
     std::lock_guard<std::mutex> lock(g_plans_mu);
     auto it = g_plans.find(fn);
     if (it == g_plans.end()) return false;
-    std::vector<int64_t> sig = signature_of(inputs);
+    thread_local std::vector<int64_t> sig;
+    thread_local std::vector<std::pair<const void *, size_t>> by_data;
+    signature_of(inputs, sig, by_data);
     for (const auto &pl : it->second) {
       if (pl->device == device && pl->signature == sig) plan = pl.get();
     }
@@ -409,7 +421,7 @@ bool op_capture_end(int64_t device, int64_t fn, at::TensorList inputs, at::Tenso
 
 std::tuple<bool, std::vector<at::Tensor>> op_replay(int64_t fn, at::TensorList inputs) {
   std::vector<at::Tensor> out;
-  bool ok = replay(fn, inputs.vec(), &out);
+  bool ok = replay(fn, inputs, &out);
   return {ok, out};
 }
 

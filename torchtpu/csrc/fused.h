@@ -106,6 +106,6 @@ std::string capture_export(c10::DeviceIndex index, const std::vector<at::Tensor>
                            const std::string &name, std::vector<at::Tensor> *constants);
 // Runs |fn|'s plan for these inputs: false if there is none for their signature and chip
 // (also when they are not all tpu tensors on one chip).
-bool replay(int64_t fn, const std::vector<at::Tensor> &inputs, std::vector<at::Tensor> *outputs);
+bool replay(int64_t fn, at::TensorList inputs, std::vector<at::Tensor> *outputs);
 
 }  // namespace torchtpu
