@@ -64,10 +64,11 @@ std::unordered_map<int64_t, std::vector<std::unique_ptr<Plan>>> g_plans;  // nev
 
 // dtype, sizes, strides of each input, and which earlier input shares its storage, into
 // |s| (cleared first). A replay computes this for every call (an AdamW step has 150
-// inputs), so it allocates nothing once |s| and |by_data| have grown: |by_data| holds
-// (storage data, input index) sorted, to find the first input on each storage.
-void signature_of(at::TensorList inputs, std::vector<int64_t> &s,
-                  std::vector<std::pair<const void *, size_t>> &by_data) {
+// inputs), so it allocates nothing once |s| and the thread's |by_data| have grown:
+// |by_data| holds (storage data, input index) sorted, to find the first input on each
+// storage.
+void signature_of(at::TensorList inputs, std::vector<int64_t> &s) {
+  thread_local std::vector<std::pair<const void *, size_t>> by_data;
   s.clear();
   by_data.clear();
   for (size_t i = 0; i < inputs.size(); i++) by_data.emplace_back(inputs[i].storage().data(), i);
@@ -301,8 +302,7 @@ bool capture_end(c10::DeviceIndex index, int64_t fn, const std::vector<at::Tenso
     plan->exe = compile_pending(p, key, opts);
     plan->name = "compiled " + graph_name(p);
     plan->num_nodes = tpu_graph_num_nodes(p.g);
-    std::vector<std::pair<const void *, size_t>> by_data;
-    signature_of(inputs, plan->signature, by_data);
+    signature_of(inputs, plan->signature);
     run_plan(*plan, inputs, &outs, nullptr);
   } catch (...) {
     p.reset();
@@ -359,8 +359,7 @@ bool replay(int64_t fn, at::TensorList inputs, std::vector<at::Tensor> *outputs)
     auto it = g_plans.find(fn);
     if (it == g_plans.end()) return false;
     thread_local std::vector<int64_t> sig;
-    thread_local std::vector<std::pair<const void *, size_t>> by_data;
-    signature_of(inputs, sig, by_data);
+    signature_of(inputs, sig);
     for (const auto &pl : it->second) {
       if (pl->device == device && pl->signature == sig) plan = pl.get();
     }
