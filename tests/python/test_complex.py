@@ -1,13 +1,16 @@
-"""Complex tensors natively (torchtpu/csrc/lower_complex.cpp): complex64 / complex128 as
-(real, imaginary) pairs in the graph, checked against the CPU for the arithmetic, math
-(branch cuts included), comparisons, matmuls, data movement, the views (view_as_real /
-view_as_complex, real / imag), copies, lazy conjugation, and the rotary
+"""Complex tensors natively (torchtpu/csrc/lower_complex.cpp, lower_complex_math.cpp):
+complex64 / complex128 as (real, imaginary) pairs in the graph, checked against the CPU for
+the arithmetic, the elementary functions (branch cuts, infinities and large parts
+included), products, comparisons, matmuls, random draws, data movement, the views
+(view_as_real / view_as_complex, real / imag), copies, lazy conjugation, and the rotary
 embedding of LLaMA-style models (view_as_complex, polar, a complex product, view_as_real)
 in strict, fused and compiled mode, forward and backward, with no CPU fallback.
 
 Tolerances: complex products and quotients are a few real operations each, in the
 component dtype; the CPU's vectorized kernels order them differently (and may fuse a
 multiply-add), so results agree to a few ulps: rtol 1e-5 (complex64), 1e-12 (complex128).
+The elementary functions compose a few such operations with the engine's real exp, log,
+sin, cos and atan2 (each within an ulp or two), so the same tolerances hold.
 """
 import math
 
@@ -173,10 +176,12 @@ def test_lazy_conjugation():
 
 
 def test_unsupported_ops_still_run_correctly():
-    """A complex op without a lowering (sin here) runs on the CPU fallback with the CPU's
+    """A complex op without a lowering (vdot here) runs on the CPU fallback with the CPU's
     result, and so does a movement op with a real data operand (promoted on the CPU)."""
     z = cplx((3, 4), torch.complex64, 12)
-    torch.testing.assert_close(torch.sin(tpu(z)).cpu(), torch.sin(z))
+    w = cplx((3, 4), torch.complex64, 13)
+    torch.testing.assert_close(torch.vdot(tpu(z).flatten(), tpu(w).flatten()).cpu(),
+                               torch.vdot(z.flatten(), w.flatten()))
     m, x = torch.rand(3, 4) > 0.5, torch.randn(3, 4)
     torch.testing.assert_close(torch.where(tpu(m), tpu(z), tpu(x)).cpu(), torch.where(m, z, x))
 
@@ -304,9 +309,26 @@ def test_complex_results_load_from_the_disk_cache(tmp_path):
 
 MATH = {
     "log": torch.log,
+    "log2": torch.log2,
+    "log10": torch.log10,
+    "log1p": torch.log1p,
+    "exp2": torch.exp2,
+    "expm1": torch.expm1,
     "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt,
     "sin": torch.sin,
     "cos": torch.cos,
+    "tan": torch.tan,
+    "sinc": torch.sinc,
+    "sinh": torch.sinh,
+    "cosh": torch.cosh,
+    "tanh": torch.tanh,
+    "asin": torch.asin,
+    "acos": torch.acos,
+    "atan": torch.atan,
+    "asinh": torch.asinh,
+    "acosh": torch.acosh,
+    "atanh": torch.atanh,
     "isnan": torch.isnan,
 }
 
@@ -318,6 +340,95 @@ def test_math(name, dtype):
     z[0, :4] = torch.tensor([0, -2 + 0j, -2 - 0j, complex(math.nan, 1)], dtype=dtype)  # branch cut, NaN
     z[1, 0] = 1e-9 + 1e-9j  # sinh of a tiny imaginary part
     check(MATH[name], z)
+
+
+# Where the textbook formulas overflow, cancel or pick the wrong side of a cut: parts past
+# e^88 (exp, sinh, cosh of complex64), past the square root of the largest float (the
+# inverse functions' squares), tanh's real part past 44, values beside the branch points
+# +-1 and +-i, on the cuts with either sign of zero, infinities and NaNs.
+EXTREMES = [
+    1, -1, 1j, -1j, 2, -2, 0.5, -0.5, 2j, -2j, 1e-9 + 1e-9j, 1e-30j, 1 + 1e-7j, 1 - 1e-7j,
+    -1 + 1e-7j, 1e-7 + 1j, complex(3, -0.0), complex(-3, -0.0), complex(0.5, -0.0),
+    complex(-0.5, -0.0), complex(0, 3), complex(-0.0, -3), 50 + 1j, -50 + 1j, 100 + 0.5j,
+    1 + 50j, 1 - 100j, 1e10 + 1e10j, -1e10 + 1e-10j, 1e20 + 1j, 1 + 1e20j, 1e30 - 1e30j,
+    89 + 0.5j, -89.5 + 1j, 0.99 + 0.01j, 1.01 + 0.01j, complex(math.pi / 2, 0),
+    complex(0, math.pi / 2), 20 + 20j, complex(math.nan, 1), complex(1, math.nan),
+    complex(math.inf, 1), complex(1, math.inf), complex(-math.inf, 2), complex(-0.0, 0),
+    complex(-0.0, -0.0),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(set(MATH) - {"isnan"}) + ["exp"])
+def test_math_extremes(name, dtype):
+    fn = torch.exp if name == "exp" else MATH[name]
+    check(fn, torch.tensor(EXTREMES, dtype=dtype))
+
+
+GRADIENTS = {**{k: v for k, v in MATH.items() if k != "isnan"}, "sigmoid": torch.sigmoid,
+             "exp": torch.exp, "prod": lambda a: a.prod(), "prod_dim": lambda a: a.prod(1),
+             "cumprod": lambda a: a.cumprod(1)}
+
+
+@pytest.mark.parametrize("name", sorted(GRADIENTS))
+def test_gradients(name):
+    """Backward of the elementary functions and products natively (autograd's complex
+    formulas: conjugates of the derivatives, tanh's and sigmoid's backward kernels)."""
+    fn = GRADIENTS[name]
+    z = cplx((3, 4), torch.complex64, 29, scale=0.8)
+    a = z.clone().requires_grad_()
+    fn(a).abs().sum().backward()
+
+    def run():
+        b = tpu(z).requires_grad_()
+        fn(b).abs().sum().backward()
+        return b.grad
+    torch.testing.assert_close(no_fallback(run).cpu(), a.grad, **TOL[torch.complex64])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_products(dtype):
+    """prod and cumprod: trees of complex products (no REDUCE or SCAN kind multiplies
+    complex numbers); odd lengths pad with 1, an empty product is 1."""
+    z = cplx((4, 7, 5), dtype, 28, scale=0.9)
+    check(lambda a: a.prod(), z)
+    check(lambda a: a.prod(1), z)
+    check(lambda a: a.prod(-1, keepdim=True), z)
+    check(lambda a: a[:, :0].prod(1), z)
+    check(lambda a: a[1, 2, 3].prod(), z)
+    check(lambda a: a[1, 2, 3].prod(0), z)  # a 0-d tensor along "dim 0"
+    check(lambda a: a[1, 2, 3].prod(-1, keepdim=True), z)
+    for dim in (0, 1, -1):
+        check(lambda a: a.cumprod(dim), z)
+    check(lambda a: a.flatten().cumprod(0), z)  # 140 values: 8 doubling steps
+    check(lambda a: a[0, 0, 0].cumprod(0), z)
+    check(torch.trace, z[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_random_draws(dtype):
+    """randn and rand of complex dtypes natively: randn's parts each have variance 1/2 (so
+    the values have variance 1) as on the CPU, rand's parts are uniform in [0, 1); a
+    complex draw takes two numbers per value from the generator, so the next draw's
+    numbers are new (a generator advanced by one number per value would hand half of them
+    out again)."""
+    n = 100000
+    torch.manual_seed(0)
+    z, w = no_fallback(lambda: (torch.randn(n, dtype=dtype, device="tpu"),
+                                torch.randn(n, dtype=dtype, device="tpu")))
+    u = no_fallback(lambda: torch.rand(n, dtype=dtype, device="tpu"))
+    assert z.dtype == u.dtype == dtype
+    zr, wr, ur = (torch.view_as_real(t.cpu()) for t in (z, w, u))
+    for part in (0, 1):
+        assert abs(zr[:, part].var().item() - 0.5) < 0.02
+        assert abs(zr[:, part].mean().item()) < 0.02
+        assert 0 <= ur[:, part].min().item() and ur[:, part].max().item() < 1
+        assert abs(ur[:, part].mean().item() - 0.5) < 0.01
+    # equal float32 values by chance: under 1%; handed out twice: half of them
+    assert torch.isin(wr.flatten(), zr.flatten()).sum().item() < 0.02 * n
+    m = no_fallback(lambda: torch.empty(n, dtype=dtype, device="tpu").normal_(2.0, 3.0)).cpu()
+    assert abs(m.real.mean().item() - 2) < 0.05 and abs(m.imag.mean().item() - 2) < 0.05
+    assert abs(m.var().item() - 9) < 0.3
 
 
 def test_comparisons():

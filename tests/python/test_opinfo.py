@@ -54,9 +54,12 @@ SUBSET = {
     "fft.rfft2", "fft.fftn", "fft.ifftn", "fft.rfftn", "fft.irfftn", "fft.fftshift", "stft",
     "istft",
 }
-# the ops of lower_complex.cpp and lower_fft.cpp, in complex64 too
+# the ops of lower_complex.cpp, lower_complex_math.cpp and lower_fft.cpp, in complex64 too
 COMPLEX_SUBSET = {
     "add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "sin", "cos", "abs", "angle",
+    "exp2", "log2", "log10", "log1p", "expm1", "rsqrt", "tan", "sinc", "sinh", "cosh", "tanh",
+    "asin", "acos", "atan", "asinh", "acosh", "atanh", "sigmoid", "pow", "prod", "cumprod",
+    "trace",
     "sgn", "reciprocal", "conj_physical", "sum", "mean", "mm", "bmm", "matmul", "cat",
     "stack", "roll", "flip", "tril", "triu", "index_select", "gather", "where", "eq", "ne",
     "isnan", "view_as_real", "fft.fft", "fft.ifft", "fft.fft2", "fft.fftn", "fft.irfft",

@@ -1,14 +1,13 @@
-// lower_complex.cpp: complex64 / complex128 arithmetic on the vTPU. The IR has no complex
-// dtype (nor has the TPU's vector unit): a complex tensor is a graph value of its real
-// and imaginary parts as a trailing dim of 2 (IrLayout, native.h), and these lowerings
-// split it into the two parts, compute with real ops in the component dtype (f32 / f64),
-// and join the parts again. The formulas are the CPU's (c10/util/complex.h): a real operand
+// lower_complex.cpp: complex64 / complex128 arithmetic on the vTPU, as (real, imaginary)
+// pairs (lower_complex.h). The formulas are the CPU's (c10/util/complex.h): a real operand
 // of a complex op is promoted to (x, 0) first, as type promotion does there, so
 // infinities and NaNs propagate the same way.
 //
-// Covered: add, sub (with alpha), mul, div, neg, conj_physical, reciprocal, exp, log, pow,
-// sqrt, sin, cos, sigmoid, abs, angle, sgn, isnan, eq, ne, linalg_vector_norm, polar, complex, fill_, zero_, sum, mean, mm and bmm (so matmul), and data
-// movement through the real lowerings (roll, flip, cat, index_select, gather, where, ...);
+// Covered: add, sub (with alpha), mul, div, neg, conj_physical, reciprocal, abs, angle,
+// sgn, isnan, eq, ne, linalg_vector_norm, polar, complex, fill_, zero_, sum, mean, prod,
+// cumprod, mm and bmm (so matmul), and data movement through the real lowerings (roll,
+// flip, cat, index_select, gather, where, ...). The elementary functions (exp, log, pow, sqrt, the
+// trigonometric and hyperbolic functions and their inverses) are lower_complex_math.cpp's;
 // torch.fft is lower_fft.cpp's. view_as_real / view_as_complex (and so real / imag) are
 // views (ops.cpp); copies between complex dtypes and from real ones are native_copy's.
 #include <ATen/ops/empty_strided.h>
@@ -16,100 +15,10 @@
 #include <cmath>
 #include <string>
 
-#include "lower_ew.h"
-#include "native.h"
+#include "lower_complex.h"
 
 namespace torchtpu {
 namespace {
-
-// A complex value of the graph as its two parts, each of shape |shape| (the complex
-// tensor's) in the component dtype.
-struct Cx {
-  tpu_value_t re, im;
-};
-
-tpu_dtype_t component_dtype(at::ScalarType t) {
-  if (t == at::kComplexFloat) return TPU_F32;
-  if (t == at::kComplexDouble) return TPU_F64;
-  throw Unsupported(std::string("complex lowering of ") + c10::toString(t));
-}
-
-// Complex arithmetic over one result shape in one component dtype.
-struct Cew : Ew {
-  using Ew::add;
-  using Ew::div;
-  using Ew::mul;
-  using Ew::sub;
-  // Argument |i| of the call as a complex operand broadcast to the result shape: a
-  // complex tensor's or Scalar's parts, or a real tensor or Scalar as (x, 0).
-  Cx arg(LowerCtx &ctx, size_t i) const {
-    const c10::IValue &a = ctx.arg(i);
-    if ((a.isTensor() && is_complex_pair(a.toTensor().scalar_type())) ||
-        (a.isScalar() && a.toScalar().isComplex())) {  // a complex Scalar: an f64 pair
-      return {bcast(complex_part(g, ctx.v(i), 0)), bcast(complex_part(g, ctx.v(i), 1))};
-    }
-    return {operand(ctx, i, dt, shape), k(0)};
-  }
-  tpu_value_t bcast(tpu_value_t v) const { return broadcast_to(g, convert(g, v, dt), shape); }
-
-  Cx add(const Cx &a, const Cx &b) const { return {Ew::add(a.re, b.re), Ew::add(a.im, b.im)}; }
-  Cx sub(const Cx &a, const Cx &b) const { return {Ew::sub(a.re, b.re), Ew::sub(a.im, b.im)}; }
-  Cx scale(const Cx &a, tpu_value_t s) const { return {Ew::mul(a.re, s), Ew::mul(a.im, s)}; }
-  // (a + bi)(c + di) = (ac - bd) + (ad + bc)i
-  Cx mul(const Cx &a, const Cx &b) const {
-    return {Ew::sub(Ew::mul(a.re, b.re), Ew::mul(a.im, b.im)),
-            Ew::add(Ew::mul(a.re, b.im), Ew::mul(a.im, b.re))};
-  }
-  // c10::complex's operator/ (numpy's): scaled by the larger of |c| and |d| against
-  // overflow; a zero divisor divides the parts by +-0 (complex inf or NaN)
-  Cx div(const Cx &a, const Cx &b) const {
-    tpu_value_t ac = un(TPU_OP_ABS, b.re), ad = un(TPU_OP_ABS, b.im);
-    tpu_value_t c_big = cmp(TPU_CMP_GE, ac, ad);
-    tpu_value_t both_zero = tpu_graph_binary(g, TPU_OP_AND, cmp(TPU_CMP_EQ, ac, k(0)),
-                                             cmp(TPU_CMP_EQ, ad, k(0)));
-    // |c| >= |d|: rat = d / c, scl = 1 / (c + d rat), ((a + b rat) scl, (b - a rat) scl)
-    tpu_value_t rat1 = Ew::div(b.im, b.re);
-    tpu_value_t scl1 = Ew::div(k(1), Ew::add(b.re, Ew::mul(b.im, rat1)));
-    Cx q1{Ew::mul(Ew::add(a.re, Ew::mul(a.im, rat1)), scl1),
-          Ew::mul(Ew::sub(a.im, Ew::mul(a.re, rat1)), scl1)};
-    // else: rat = c / d, scl = 1 / (d + c rat), ((a rat + b) scl, (b rat - a) scl)
-    tpu_value_t rat2 = Ew::div(b.re, b.im);
-    tpu_value_t scl2 = Ew::div(k(1), Ew::add(b.im, Ew::mul(b.re, rat2)));
-    Cx q2{Ew::mul(Ew::add(Ew::mul(a.re, rat2), a.im), scl2),
-          Ew::mul(Ew::sub(Ew::mul(a.im, rat2), a.re), scl2)};
-    Cx q0{Ew::div(a.re, ac), Ew::div(a.im, ad)};
-    return {sel(both_zero, q0.re, sel(c_big, q1.re, q2.re)),
-            sel(both_zero, q0.im, sel(c_big, q1.im, q2.im))};
-  }
-  // e^a (cos b, sin b)
-  Cx exp(const Cx &z) const {
-    tpu_value_t m = un(TPU_OP_EXP, z.re);
-    return {Ew::mul(m, un(TPU_OP_COS, z.im)), Ew::mul(m, un(TPU_OP_SIN, z.im))};
-  }
-  // (log |z|, arg z)
-  Cx log(const Cx &z) const { return {un(TPU_OP_LOG, abs(z)), op(TPU_OP_ATAN2, z.im, z.re)}; }
-  // |z| as std::hypot: the larger part times sqrt(1 + (smaller / larger)^2); infinite if
-  // either part is (even with a NaN in the other), 0 for 0
-  tpu_value_t abs(const Cx &z) const {
-    tpu_value_t x = un(TPU_OP_ABS, z.re), y = un(TPU_OP_ABS, z.im);
-    tpu_value_t hi = op(TPU_OP_MAX, x, y), lo = op(TPU_OP_MIN, x, y);
-    tpu_value_t r = Ew::div(lo, hi);
-    tpu_value_t h = Ew::mul(hi, un(TPU_OP_SQRT, Ew::add(k(1), Ew::mul(r, r))));
-    h = sel(cmp(TPU_CMP_EQ, hi, k(0)), k(0), h);
-    tpu_value_t inf = tpu_graph_binary(g, TPU_OP_OR, isinf(z.re), isinf(z.im));
-    return sel(inf, k(INFINITY), h);
-  }
-};
-
-Cew cew_of(LowerCtx &ctx, size_t out = 0) {
-  return Cew{{ctx.g, component_dtype(ctx.out_meta[out].scalar_type()), ctx.out_shape(out)}};
-}
-
-// The result as a pair value.
-void set_complex(LowerCtx &ctx, const Cx &z, size_t out = 0) {
-  ctx.results.assign(ctx.out_meta.size(), TPU_NO_VALUE);
-  ctx.results[out] = complex_join(ctx.g, z.re, z.im);
-}
 
 // alpha (argument |i|) times |b|, or |b| when it is absent (a constant 1 folds away).
 Cx times_alpha(LowerCtx &ctx, const Cew &e, size_t i, const Cx &b) {
@@ -155,83 +64,12 @@ void conj_physical_out(LowerCtx &ctx) {
   set_complex(ctx, {z.re, e.un(TPU_OP_NEG, z.im)});
 }
 
-void exp_out(LowerCtx &ctx) {
-  Cew e = cew_of(ctx);
-  set_complex(ctx, e.exp(e.arg(ctx, 0)));
-}
-
 void sgn_out(LowerCtx &ctx) {  // z / |z|, 0 for 0
   Cew e = cew_of(ctx);
   Cx z = e.arg(ctx, 0);
   tpu_value_t a = e.abs(z);
   tpu_value_t zero = e.cmp(TPU_CMP_EQ, a, e.k(0));
   set_complex(ctx, {e.sel(zero, e.k(0), e.div(z.re, a)), e.sel(zero, e.k(0), e.div(z.im, a))});
-}
-
-void log_out(LowerCtx &ctx) {
-  Cew e = cew_of(ctx);
-  set_complex(ctx, e.log(e.arg(ctx, 0)));
-}
-
-// pow.Tensor_Tensor_out / Tensor_Scalar_out / Scalar_out: e^(w log z), as the CPU's
-// cpow. A real exponent scales log z's parts (no cross terms with its zero imaginary part).
-// 0^w, where log 0 = -inf makes the products 0 * inf: 0 for w with a positive real part,
-// NaN otherwise (C99's special values, which the CPU's cpow follows).
-void pow_out(LowerCtx &ctx) {
-  Cew e = cew_of(ctx);
-  const c10::IValue &w = ctx.arg(1);
-  const bool real_w = w.isTensor() ? !is_complex_pair(w.toTensor().scalar_type())
-                                   : !w.toScalar().isComplex();
-  Cx z = e.arg(ctx, 0);
-  Cx p = e.exp(real_w ? e.scale(e.log(z), e.arg(ctx, 1).re) : e.mul(e.arg(ctx, 1), e.log(z)));
-  tpu_value_t zero = tpu_graph_binary(ctx.g, TPU_OP_AND, e.cmp(TPU_CMP_EQ, z.re, e.k(0)),
-                                      e.cmp(TPU_CMP_EQ, z.im, e.k(0)));
-  tpu_value_t at_zero = e.sel(e.cmp(TPU_CMP_GT, e.arg(ctx, 1).re, e.k(0)), e.k(0), e.k(NAN));
-  set_complex(ctx, {e.sel(zero, at_zero, p.re), e.sel(zero, at_zero, p.im)});
-}
-
-void sigmoid_out(LowerCtx &ctx) {  // 1 / (1 + e^-z)
-  Cew e = cew_of(ctx);
-  Cx z = e.arg(ctx, 0);
-  Cx d = e.exp({e.un(TPU_OP_NEG, z.re), e.un(TPU_OP_NEG, z.im)});
-  set_complex(ctx, e.div({e.k(1), e.k(0)}, {e.add(e.k(1), d.re), d.im}));
-}
-
-// The principal square root: t = sqrt((|z| + |a|) / 2); (t, b / 2t) for a >= 0, else
-// (|b| / 2t, t with b's sign); sqrt(0 + bi) of b = 0 is (0, b)
-void sqrt_out(LowerCtx &ctx) {
-  Cew e = cew_of(ctx);
-  Cx z = e.arg(ctx, 0);
-  tpu_value_t t = e.un(TPU_OP_SQRT, e.mul(e.add(e.abs(z), e.un(TPU_OP_ABS, z.re)), e.k(0.5)));
-  tpu_value_t q = e.div(z.im, e.add(t, t));
-  tpu_value_t signed_t = e.sel(e.signbit(z.im), e.un(TPU_OP_NEG, t), t);
-  tpu_value_t pos = e.cmp(TPU_CMP_GE, z.re, e.k(0));
-  Cx r{e.sel(pos, t, e.un(TPU_OP_ABS, q)), e.sel(pos, q, signed_t)};
-  tpu_value_t zero = e.cmp(TPU_CMP_EQ, t, e.k(0));
-  set_complex(ctx, {e.sel(zero, e.k(0), r.re), e.sel(zero, z.im, r.im)});
-}
-
-// cosh b and sinh b of the imaginary parts: (e^b + e^-b) / 2 and (expm1 b - expm1 -b) / 2
-// (no cancellation for small b)
-std::pair<tpu_value_t, tpu_value_t> cosh_sinh(const Cew &e, tpu_value_t b) {
-  tpu_value_t nb = e.un(TPU_OP_NEG, b), half = e.k(0.5);
-  return {e.mul(e.add(e.un(TPU_OP_EXP, b), e.un(TPU_OP_EXP, nb)), half),
-          e.mul(e.sub(e.un(TPU_OP_EXPM1, b), e.un(TPU_OP_EXPM1, nb)), half)};
-}
-
-void sin_out(LowerCtx &ctx) {  // (sin a cosh b, cos a sinh b)
-  Cew e = cew_of(ctx);
-  Cx z = e.arg(ctx, 0);
-  auto [ch, sh] = cosh_sinh(e, z.im);
-  set_complex(ctx, {e.mul(e.un(TPU_OP_SIN, z.re), ch), e.mul(e.un(TPU_OP_COS, z.re), sh)});
-}
-
-void cos_out(LowerCtx &ctx) {  // (cos a cosh b, -sin a sinh b)
-  Cew e = cew_of(ctx);
-  Cx z = e.arg(ctx, 0);
-  auto [ch, sh] = cosh_sinh(e, z.im);
-  set_complex(ctx, {e.mul(e.un(TPU_OP_COS, z.re), ch),
-                    e.un(TPU_OP_NEG, e.mul(e.un(TPU_OP_SIN, z.re), sh))});
 }
 
 // A real result of a complex input (abs, angle): the input's component dtype.
@@ -340,6 +178,84 @@ void mean_out(LowerCtx &ctx) {  // mean.out(self, dim, keepdim, dtype, out)
                     tpu_graph_binary(ctx.g, TPU_OP_DIV, s.im, count)});
 }
 
+// ---- products: complex multiplication is no REDUCE or SCAN kind, so they are trees of
+// elementwise complex products over slices (log2 n levels)
+
+// Parts |z| sliced to [lo, hi) along |dim|.
+Cx slice_dim(tpu_graph_t *g, const Cx &z, int dim, int64_t lo, int64_t hi) {
+  tpu_shape_t s = shape_of(g, z.re);
+  int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], stride[TPU_MAX_RANK];
+  for (int d = 0; d < s.rank; d++) limit[d] = s.dims[d], stride[d] = 1;
+  start[dim] = lo;
+  limit[dim] = hi;
+  return {tpu_graph_slice(g, z.re, start, limit, stride), tpu_graph_slice(g, z.im, start, limit, stride)};
+}
+
+// Parts |z| padded along |dim| with |lo| values before and |hi| after, each 1 (1 + 0i).
+Cx pad_ones(tpu_graph_t *g, tpu_dtype_t dt, const Cx &z, int dim, int64_t lo, int64_t hi) {
+  int64_t l[TPU_MAX_RANK] = {0}, h[TPU_MAX_RANK] = {0}, in[TPU_MAX_RANK] = {0};
+  l[dim] = lo;
+  h[dim] = hi;
+  return {tpu_graph_pad(g, z.re, scalar_const(g, dt, 1), l, h, in),
+          tpu_graph_pad(g, z.im, scalar_const(g, dt, 0), l, h, in)};
+}
+
+Cx mul_parts(tpu_graph_t *g, tpu_dtype_t dt, const Cx &a, const Cx &b) {
+  return Cew{{g, dt, shape_of(g, a.re)}}.mul(a, b);
+}
+
+// The product along |dim|, kept as a dim of 1: the first half of the values times the
+// second (padded with a 1 to an even count) until one is left; 1 for none.
+Cx product_along(tpu_graph_t *g, tpu_dtype_t dt, Cx z, int dim) {
+  int64_t n = shape_of(g, z.re).dims[dim];
+  if (n == 0) return pad_ones(g, dt, z, dim, 0, 1);
+  for (; n > 1; n = (n + 1) / 2) {
+    if (n % 2) z = pad_ones(g, dt, z, dim, 0, 1);
+    int64_t h = (n + 1) / 2;
+    z = mul_parts(g, dt, slice_dim(g, z, dim, 0, h), slice_dim(g, z, dim, h, 2 * h));
+  }
+  return z;
+}
+
+// prod(self, dtype), prod.out, prod.int_out(self, dim, keepdim, dtype, out)
+void prod_out(LowerCtx &ctx) {
+  if (!is_complex_pair(ctx.tensor(0).scalar_type())) throw Unsupported("complex prod of real");
+  const bool by_dim = ctx.schema->overload_name() == "int_out";
+  tpu_dtype_t dt = component_dtype(ctx.out_meta[0].scalar_type());
+  tpu_value_t v = convert(ctx.g, ctx.v(0), dt);
+  Cx z{complex_part(ctx.g, v, 0), complex_part(ctx.g, v, 1)};
+  const int rank = shape_of(ctx.g, z.re).rank;
+  std::vector<bool> reduced(rank, !by_dim);  // a 0-d tensor is its own product
+  if (by_dim && rank > 0) reduced[wrap_dim(ctx.arg(1).toInt(), rank)] = true;
+  for (int d = 0; d < rank; d++) {
+    if (reduced[d]) z = product_along(ctx.g, dt, z, d);
+  }
+  if (!(by_dim && ctx.arg(2).toBool())) {  // drop the reduced dims
+    tpu_shape_t out = ctx.out_shape(0);
+    z = {tpu_graph_reshape(ctx.g, z.re, &out), tpu_graph_reshape(ctx.g, z.im, &out)};
+  }
+  set_complex(ctx, z);
+}
+
+// cumprod.out(self, dim, dtype, out): Hillis and Steele's scan, each value times the running
+// product |shift| places before it (1 before the start) for shift = 1, 2, 4, ...
+void cumprod_out(LowerCtx &ctx) {
+  if (!is_complex_pair(ctx.tensor(0).scalar_type())) throw Unsupported("complex cumprod of real");
+  tpu_dtype_t dt = component_dtype(ctx.out_meta[0].scalar_type());
+  tpu_value_t v = convert(ctx.g, ctx.v(0), dt);
+  Cx z{complex_part(ctx.g, v, 0), complex_part(ctx.g, v, 1)};
+  tpu_shape_t s = shape_of(ctx.g, z.re);
+  if (s.rank > 0) {
+    int dim = static_cast<int>(wrap_dim(ctx.arg(1).toInt(), s.rank));
+    int64_t n = s.dims[dim];
+    for (int64_t shift = 1; shift < n; shift *= 2) {
+      z = mul_parts(ctx.g, dt, z, pad_ones(ctx.g, dt, slice_dim(ctx.g, z, dim, 0, n - shift), dim,
+                                           shift, 0));
+    }
+  }
+  set_complex(ctx, z);
+}
+
 // mm.out(self, mat2, out), bmm.out(self, mat2, out): (A + Bi)(C + Di) as one real product
 // at the current precision, [A | B] (..., M, 2K) @ [[C, D], [-D, C]] (..., 2K, 2N) =
 // [AC - BD | AD + BC]
@@ -382,8 +298,8 @@ void matmul_out(LowerCtx &ctx, int batch) {
 void mm_out(LowerCtx &ctx) { matmul_out(ctx, 0); }
 void bmm_out(LowerCtx &ctx) { matmul_out(ctx, 1); }
 
-// Data movement (each result element a copy of one input element, or zero) and cumsum
-// (a sum, linear in each part): the op's real lowering applied to the real parts and to
+// Data movement (each result element a copy of one input element, or zero), cumsum and
+// trace (sums, linear in each part): the op's real lowering applied to the real parts and to
 // the imaginary parts, joined. |data| lists the arguments moved (which must be complex;
 // the others are indices, masks, sizes).
 struct Movement {
@@ -396,7 +312,7 @@ const Movement kMovements[] = {
     {"tril.out", {0}}, {"triu.out", {0}}, {"index_select", {0}}, {"index_select.out", {0}},
     {"gather", {0}}, {"gather.out", {0}}, {"cat.out", {0}}, {"where.self", {1, 2}},
     {"where.self_out", {1, 2}}, {"constant_pad_nd", {0}}, {"constant_pad_nd.out", {0}},
-    {"cumsum.out", {0}},
+    {"cumsum.out", {0}}, {"trace", {0}},
 };
 
 void by_parts(LowerCtx &ctx) {
@@ -456,16 +372,7 @@ void by_parts(LowerCtx &ctx) {
       {"reciprocal.out", reciprocal_out},
       {"neg.out", neg_out},
       {"conj_physical.out", conj_physical_out},
-      {"exp.out", exp_out},
-      {"log.out", log_out},
-      {"pow.Tensor_Tensor_out", pow_out},
-      {"pow.Tensor_Scalar_out", pow_out},
-      {"pow.Scalar_out", pow_out},
-      {"sigmoid.out", sigmoid_out},
       {"linalg_vector_norm.out", vector_norm_out},
-      {"sqrt.out", sqrt_out},
-      {"sin.out", sin_out},
-      {"cos.out", cos_out},
       {"isnan", isnan_out},
       {"eq.Tensor_out", equal_out<true>},
       {"eq.Scalar_out", equal_out<true>},
@@ -481,6 +388,10 @@ void by_parts(LowerCtx &ctx) {
       {"zero_", zero_},
       {"sum.IntList_out", sum_out},
       {"mean.out", mean_out},
+      {"prod", prod_out},
+      {"prod.out", prod_out},
+      {"prod.int_out", prod_out},
+      {"cumprod.out", cumprod_out},
       {"mm.out", mm_out},
       {"bmm.out", bmm_out},
   };

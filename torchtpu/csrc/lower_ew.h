@@ -76,6 +76,39 @@ struct Ew {
   }
 };
 
+// |magnitude| with the sign bit of |sign|
+inline tpu_value_t copy_sign(const Ew &E, tpu_value_t magnitude, tpu_value_t sign) {
+  tpu_value_t m = E.un(TPU_OP_ABS, magnitude);
+  return E.sel(E.signbit(sign), E.un(TPU_OP_NEG, m), m);
+}
+
+// Above this magnitude sinh and cosh are exp(|x|) / 2 to the last bit, computed as
+// (exp(|x|/2) / 2) * exp(|x|/2) so that it does not overflow before the result does.
+constexpr double kHyperbolicLarge = 20;
+
+// exp(a) / 2 for a >= kHyperbolicLarge, without overflowing early
+inline tpu_value_t half_exp_large(const Ew &E, tpu_value_t a) {
+  tpu_value_t h = E.un(TPU_OP_EXP, E.mul(a, E.k(0.5)));
+  return E.mul(E.mul(h, E.k(0.5)), h);
+}
+
+// sinh(x): (e + e / (e + 1)) / 2 with e = expm1(|x|) (no cancellation near 0), signed
+inline tpu_value_t sinh_of(const Ew &E, tpu_value_t x) {
+  tpu_value_t a = E.un(TPU_OP_ABS, x);
+  tpu_value_t e = E.un(TPU_OP_EXPM1, a);
+  tpu_value_t r = E.mul(E.k(0.5), E.add(e, E.div(e, E.add(e, E.k(1)))));
+  r = E.sel(E.cmp(TPU_CMP_GT, a, E.k(kHyperbolicLarge)), half_exp_large(E, a), r);
+  return copy_sign(E, r, x);
+}
+
+// cosh(x): (e + 1 / e) / 2 with e = exp(|x|)
+inline tpu_value_t cosh_of(const Ew &E, tpu_value_t x) {
+  tpu_value_t a = E.un(TPU_OP_ABS, x);
+  tpu_value_t e = E.un(TPU_OP_EXP, a);
+  tpu_value_t r = E.mul(E.k(0.5), E.add(e, E.div(E.k(1), e)));
+  return E.sel(E.cmp(TPU_CMP_GT, a, E.k(kHyperbolicLarge)), half_exp_large(E, a), r);
+}
+
 // Floor division as PyTorch defines it for floats and ints.
 inline tpu_value_t floor_divide(const Ew &B, tpu_value_t x, tpu_value_t y) {
   if (tpu_dtype_is_float(B.dt)) return B.un(TPU_OP_FLOOR, B.op(TPU_OP_DIV, x, y));

@@ -21,24 +21,9 @@ namespace {
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kLn10 = 2.30258509299404568402;
 constexpr double kPi = 3.14159265358979323846;
-// Above this magnitude sinh and cosh are exp(|x|) / 2 to the last bit, computed as
-// (exp(|x|/2) / 2) * exp(|x|/2) so that it does not overflow before the result does.
-constexpr double kHyperbolicLarge = 20;
 // Above this magnitude sqrt(x^2 + 1) is |x| in f32 and f64 arithmetic alike: asinh and acosh
 // are log(|x|) + log(2) (and x^2 would overflow for large enough x).
 constexpr double kSquareNegligible = 1e8;
-
-// |magnitude| with the sign bit of |sign|
-tpu_value_t copy_sign(const Ew &E, tpu_value_t magnitude, tpu_value_t sign) {
-  tpu_value_t m = E.un(TPU_OP_ABS, magnitude);
-  return E.sel(E.signbit(sign), E.un(TPU_OP_NEG, m), m);
-}
-
-// exp(a) / 2 for a >= kHyperbolicLarge, without overflowing early
-tpu_value_t half_exp_large(const Ew &E, tpu_value_t a) {
-  tpu_value_t h = E.un(TPU_OP_EXP, E.mul(a, E.k(0.5)));
-  return E.mul(E.mul(h, E.k(0.5)), h);
-}
 
 void atan_out(LowerCtx &ctx) {
   Ew E;
@@ -63,24 +48,16 @@ void acos_out(LowerCtx &ctx) {
   ctx.results = {E.op(TPU_OP_ATAN2, cos_of_asin(E, x), x)};
 }
 
-// sinh(|x|) = (e + e / (e + 1)) / 2 with e = expm1(|x|) (no cancellation near 0), signed
 void sinh_out(LowerCtx &ctx) {
   Ew E;
   tpu_value_t x = unary_input(ctx, &E);
-  tpu_value_t a = E.un(TPU_OP_ABS, x);
-  tpu_value_t e = E.un(TPU_OP_EXPM1, a);
-  tpu_value_t r = E.mul(E.k(0.5), E.add(e, E.div(e, E.add(e, E.k(1)))));
-  r = E.sel(E.cmp(TPU_CMP_GT, a, E.k(kHyperbolicLarge)), half_exp_large(E, a), r);
-  ctx.results = {copy_sign(E, r, x)};
+  ctx.results = {sinh_of(E, x)};
 }
 
 void cosh_out(LowerCtx &ctx) {
   Ew E;
   tpu_value_t x = unary_input(ctx, &E);
-  tpu_value_t a = E.un(TPU_OP_ABS, x);
-  tpu_value_t e = E.un(TPU_OP_EXP, a);
-  tpu_value_t r = E.mul(E.k(0.5), E.add(e, E.div(E.k(1), e)));
-  ctx.results = {E.sel(E.cmp(TPU_CMP_GT, a, E.k(kHyperbolicLarge)), half_exp_large(E, a), r)};
+  ctx.results = {cosh_of(E, x)};
 }
 
 // log(x) + log(2) for x past kSquareNegligible, where the square-root forms overflow

@@ -1,15 +1,16 @@
-// lower_random.cpp: lowerings of the random ops: uniform_, normal_ (and normal with tensor
-// mean/std), random_ (three
-// overloads), bernoulli (in place, functional, out=), native_dropout and its backward,
-// exponential_, log_normal_, cauchy_, geometric_ and randperm. rand/randn/randint and
-// nn.init reach these through PyTorch's composites (empty + uniform_/normal_/random_).
+// lower_random.cpp: lowerings of the random ops: uniform_ and normal_ (of complex tensors
+// too), normal with tensor mean/std, random_ (three overloads), bernoulli (in place,
+// functional, out=), native_dropout and its backward, exponential_, log_normal_, cauchy_,
+// geometric_ and randperm. rand/randn/randint and nn.init reach these through PyTorch's
+// composites (empty + uniform_/normal_/random_).
 //
 // Every draw is an RNG node (counter-based Philox4x32-10, ir.h): the engine gives each
 // random op a (seed, offset) pair from the chip's generator as two run-time i64 inputs
-// (the last two graph parameters) and advances the offset by the op's result size, so
-// torch.manual_seed(s) gives the same numbers on every run, in every eager mode, and the
-// executable is reused across calls. The numbers are not the CPU generator's numbers
-// (PyTorch's CPU uses mt19937, CUDA its own Philox mapping): only their distributions agree.
+// (the last two graph parameters) and advances the offset by the op's result size (two
+// numbers per complex value), so torch.manual_seed(s) gives the same numbers on every run,
+// in every eager mode, and the executable is reused across calls. The numbers are not the
+// CPU generator's numbers (PyTorch's CPU uses mt19937, CUDA its own Philox mapping): only
+// their distributions agree.
 //
 // Values are computed in f32 (f64 for f64) and rounded once by the engine; integer draws
 // take 32 random bits (a second Philox stream, keyed by seed ^ 0x5DEECE66D, supplies the
@@ -86,6 +87,23 @@ void normal(LowerCtx &ctx) {
   double mean = ctx.arg(1).toDouble(), std = ctx.arg(2).toDouble();
   tpu_value_t n = draw(ctx, TPU_RNG_NORMAL);
   ctx.results = {bin(ctx, TPU_OP_ADD, bin(ctx, TPU_OP_MUL, n, cst(ctx, n, std)), cst(ctx, n, mean))};
+}
+
+// uniform_ and normal_ of a complex tensor, as the CPU's: they fill its real view (the
+// (..., 2) pairs the graph holds) with the real draw, normal_'s std divided by sqrt(2) so
+// that the complex value's variance is std^2; the mean goes to both parts
+template <bool Normal>
+void complex_fill(LowerCtx &ctx) {
+  double a = ctx.arg(1).toDouble(), b = ctx.arg(2).toDouble();
+  Rng in = rng_inputs(ctx);
+  tpu_dtype_t dt = ctx.out_meta[0].scalar_type() == at::kComplexDouble ? TPU_F64 : TPU_F32;
+  tpu_shape_t s = ctx.out_shape();
+  if (s.rank >= TPU_MAX_RANK) throw Unsupported("complex rank above 7");
+  s.dims[s.rank++] = 2;
+  tpu_value_t r = tpu_graph_rng(ctx.g, Normal ? TPU_RNG_NORMAL : TPU_RNG_UNIFORM, dt, &s,
+                                in.seed, in.offset);
+  double scale = Normal ? b / std::sqrt(2.0) : b - a;
+  ctx.results = {bin(ctx, TPU_OP_ADD, bin(ctx, TPU_OP_MUL, r, cst(ctx, r, scale)), cst(ctx, r, a))};
 }
 
 // normal.Tensor_float(mean, std) / float_Tensor / Tensor_Tensor (and out=): mean + std * N(0, 1)
@@ -283,6 +301,12 @@ LoweringRegistrar registrar({
     {"native_dropout_backward.out", native_dropout_backward},
     {"randperm.generator_out", randperm},
 });
+
+[[maybe_unused]] const bool complex_registered = [] {
+  register_complex_lowering("uniform_", complex_fill<false>);
+  register_complex_lowering("normal_", complex_fill<true>);
+  return true;
+}();
 
 }  // namespace
 }  // namespace torchtpu

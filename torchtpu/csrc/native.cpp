@@ -1152,7 +1152,9 @@ void native_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   RngUse rng;
   if (info.random) {
     int64_t numel = 0;
-    for (const at::Tensor &t : results) numel += t.defined() ? t.numel() : 0;
+    for (const at::Tensor &t : results) {  // a complex value draws one number per part
+      numel += t.defined() ? t.numel() * (t.is_complex() ? 2 : 1) : 0;
+    }
     for (size_t i = 0; i < call.args.size(); i++) {
       if (info.kinds[i] == ArgKind::Generator && call.args[i].isGenerator()) {
         rng.gen = call.args[i].toGenerator();
