@@ -1,7 +1,8 @@
 """torch.fft natively (torchtpu/csrc/lower_fft.cpp): aten::_fft_r2c, _fft_c2r and _fft_c2c
 as DFT matmuls at HIGHEST precision, checked against the CPU's pocketfft for every
-torch.fft entry point, every norm, odd and even lengths, several dims, and torch.stft /
-istft, in strict and compiled mode, with no CPU fallback.
+torch.fft entry point, every norm, odd and even lengths, lengths split in four steps and
+prime lengths by Bluestein's convolution, several dims, and torch.stft / istft, in strict
+and compiled mode, with no CPU fallback.
 
 Tolerances: a DFT of length n sums n products in f32, so its error grows like sqrt(n) eps
 times the signal's norm (pocketfft's like log(n) eps): atol 1e-4 on unit-variance signals
@@ -136,7 +137,37 @@ def test_long_transforms_split_in_four_steps(n):
     close(lambda t: torch.fft.irfft(t, n=n), torch.fft.rfft(x))
 
 
-def test_prime_lengths_above_1024_take_the_fallback_with_the_cpus_result():
-    x = signal((2, 1031))
+@pytest.mark.parametrize("n", [1031, 2062])
+def test_lengths_without_a_split_by_bluestein(n):
+    """A prime length above 1024 (1031), and one whose prime factor is (2062 = 2 x 1031):
+    chirps, a circular convolution of length 2048 or 4096 by split transforms, chirps
+    again; along the last dim and another, in complex64 and complex128, and backward.
+    The convolution sums about 2n rounded products, so atol scales with sqrt(n) as for the
+    split lengths."""
+    x, z = signal((2, n)), signal((2, n), torch.complex64, 5)
+    tol = dict(rtol=1e-4, atol=2e-4 * n ** 0.5)
+
+    def close(fn, t, **tol):
+        want = fn(t)
+        got = no_fallback(lambda: fn(tpu(t)))
+        torch.testing.assert_close(got.cpu(), want, **tol)
+    close(torch.fft.fft, z, **tol)
+    close(torch.fft.ifft, z, **tol)
+    close(torch.fft.rfft, x, **tol)
+    close(lambda t: torch.fft.irfft(t, n=n), torch.fft.rfft(x), **tol)
+    close(lambda t: torch.fft.fft(t, dim=0), z.t().contiguous(), **tol)
+    close(torch.fft.fft, z.to(torch.complex128), rtol=1e-10, atol=1e-10 * n ** 0.5)
+    xt = tpu(x).requires_grad_()
+    no_fallback(lambda: torch.fft.rfft(xt).abs().sum().backward())
+    xc = x.clone().requires_grad_()
+    torch.fft.rfft(xc).abs().sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad, **tol)
+
+
+def test_lengths_beyond_bluestein_take_the_fallback_with_the_cpus_result():
+    """A prime above 2^19 would need a convolution longer than two products of 1024."""
+    x = signal((524309,))
+    torchtpu.reset_fallback_stats()
     got = torch.fft.rfft(tpu(x)).cpu()
-    torch.testing.assert_close(got, torch.fft.rfft(x), rtol=1e-4, atol=1e-3)
+    assert torchtpu.fallback_stats()
+    torch.testing.assert_close(got, torch.fft.rfft(x), rtol=1e-4, atol=1e-2)

@@ -5,7 +5,8 @@
 // a block of twiddle factors, moved back. A transform of length n costs 4 n m
 // multiply-adds per signal (m outputs); lengths above kSplitAbove split as n1 n2 (the
 // four-step algorithm, two rounds of shorter products); lengths with no such split above
-// kMaxLength (a prime) take the CPU fallback.
+// kMaxLength (a prime, or a prime factor above it) become a convolution of twice the
+// length or more, transformed by the splits (Bluestein's algorithm).
 //
 // Complex values are (real, imaginary) pairs (IrLayout): a complex DFT is one product of
 // [re | im] (..., 2n) with [[C, -S], [S, C]] (forward; its transpose's signs for the
@@ -131,6 +132,8 @@ int64_t split_length(int64_t n) {
 // k = k1 + n1 k2): length-n1 transforms of the columns, a twiddle factor
 // e^(-+2 pi i k1 j2 / n), length-n2 transforms of the rows, the (n1, n2) result read
 // transposed. A split does 4 n (n1 + n2) multiply-adds instead of 4 n^2.
+Parts bluestein_last(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, bool forward);
+
 Parts dft_last(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, bool forward) {
   const tpu_shape_t shape = shape_of(g, re);
   const int rank = shape.rank;
@@ -138,6 +141,7 @@ Parts dft_last(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, bool forward) {
   const tpu_dtype_t dt = dtype_of(g, re);
   const int64_t n1 = n > kSplitAbove ? split_length(n) : 0, n2 = n1 ? n / n1 : 0;
   if (!n1 || rank >= TPU_MAX_RANK) {
+    if (n > kMaxLength && rank < TPU_MAX_RANK) return bluestein_last(g, re, im, forward);
     if (n > kMaxLength) throw Unsupported("fft length without a split");
     auto [c, s] = twiddles(g, n, n, n, dt);
     tpu_value_t top = forward ? cat(g, c, neg(g, s), 1) : cat(g, c, s, 1);
@@ -165,6 +169,73 @@ Parts dft_last(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, bool forward) {
   // rows: transforms of length n2 -> (..., k1, k2), read as k = k1 + n1 k2
   auto [yr, yi] = dft_last(g, tr, ti, forward);
   return {reshaped(g, swap_last_two(g, yr), shape), reshaped(g, swap_last_two(g, yi), shape)};
+}
+
+// The longest Bluestein transform: its convolution (a power of two, at least 2n - 1) must
+// split into two products of at most kMaxLength.
+constexpr int64_t kMaxBluestein = kMaxLength * kMaxLength / 2;
+
+// The chirp w_j = e^(i pi j^2 / n), j in [0, len), as (cos, sin) in |dt|; j^2 mod 2n in
+// integers, the angle in f64, rounded once.
+Parts chirp(tpu_graph_t *g, int64_t len, int64_t n, tpu_dtype_t dt) {
+  const tpu_shape_t s = shape1(len);
+  tpu_value_t j = tpu_graph_iota(g, TPU_I64, &s, 0);
+  tpu_value_t p = tpu_graph_binary(g, TPU_OP_REM, tpu_graph_binary(g, TPU_OP_MUL, j, j),
+                                   full(g, TPU_I64, s, 2 * n));
+  tpu_value_t angle = tpu_graph_binary(g, TPU_OP_MUL, convert(g, p, TPU_F64),
+                                       full(g, TPU_F64, s, kPi / static_cast<double>(n)));
+  return {convert(g, tpu_graph_unary(g, TPU_OP_COS, angle), dt),
+          convert(g, tpu_graph_unary(g, TPU_OP_SIN, angle), dt)};
+}
+
+// (ar + i ai)(br + i bi), b broadcast to a's shape
+Parts cmul(tpu_graph_t *g, Parts a, Parts b) {
+  const tpu_shape_t s = shape_of(g, a.first);
+  tpu_value_t br = broadcast_to(g, b.first, s), bi = broadcast_to(g, b.second, s);
+  auto mul = [&](tpu_value_t x, tpu_value_t y) { return tpu_graph_binary(g, TPU_OP_MUL, x, y); };
+  return {tpu_graph_binary(g, TPU_OP_SUB, mul(a.first, br), mul(a.second, bi)),
+          tpu_graph_binary(g, TPU_OP_ADD, mul(a.first, bi), mul(a.second, br))};
+}
+
+// |x|'s last dim padded with zeros to |m|
+tpu_value_t pad_last(tpu_graph_t *g, tpu_value_t x, int64_t m) {
+  const tpu_shape_t s = shape_of(g, x);
+  int64_t lo[TPU_MAX_RANK] = {}, hi[TPU_MAX_RANK] = {}, in[TPU_MAX_RANK] = {};
+  hi[s.rank - 1] = m - s.dims[s.rank - 1];
+  return tpu_graph_pad(g, x, scalar_const(g, dtype_of(g, x), 0), lo, hi, in);
+}
+
+// Bluestein's algorithm: with jk = (j^2 + k^2 - (k - j)^2) / 2, the DFT of length n is
+// X_k = c_k sum_j (x_j c_j) conj(c_{k-j}) for the chirp c = w (inverse) or conj(w)
+// (forward): a convolution, done circularly at a power-of-two length m >= 2n - 1 by two
+// forward transforms, a product and an inverse transform (each split in four steps). The
+// kernel's transform is of constants, which the compiler folds.
+Parts bluestein_last(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, bool forward) {
+  const tpu_shape_t shape = shape_of(g, re);
+  const int rank = shape.rank;
+  const int64_t n = shape.dims[rank - 1];
+  const tpu_dtype_t dt = dtype_of(g, re);
+  if (n > kMaxBluestein) throw Unsupported("fft length without a split");
+  int64_t m = 1;
+  while (m < 2 * n - 1) m *= 2;
+  auto [wc, ws] = chirp(g, n, n, dt);
+  Parts c{wc, forward ? neg(g, ws) : ws}, kernel{wc, forward ? ws : neg(g, ws)};
+  auto [ar, ai] = cmul(g, {re, im}, c);
+  // the kernel conj(c_d) at d = 0 .. n-1 and at m - d for d = 1 .. n-1 (d = k - j < 0)
+  auto wrap = [&](tpu_value_t v) {
+    tpu_value_t tail = last_slice(g, v, 1, n - 1);
+    const bool rev[1] = {true};
+    return cat(g, pad_last(g, v, m - n + 1), tpu_graph_reverse(g, tail, rev), 0);
+  };
+  Parts kf = dft_last(g, wrap(kernel.first), wrap(kernel.second), true);
+  Parts af = dft_last(g, pad_last(g, ar, m), pad_last(g, ai, m), true);
+  Parts prod = cmul(g, af, kf);
+  auto [yr, yi] = dft_last(g, prod.first, prod.second, false);
+  // the inverse transform is unnormalized: divide by m, then keep the first n
+  tpu_value_t inv_m = full(g, dt, shape_of(g, yr), 1.0 / static_cast<double>(m));
+  yr = last_slice(g, tpu_graph_binary(g, TPU_OP_MUL, yr, inv_m), 0, n);
+  yi = last_slice(g, tpu_graph_binary(g, TPU_OP_MUL, yi, inv_m), 0, n);
+  return cmul(g, {yr, yi}, c);
 }
 
 // Complex DFT along |dim|.
