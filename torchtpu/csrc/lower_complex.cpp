@@ -188,7 +188,8 @@ Cx slice_dim(tpu_graph_t *g, const Cx &z, int dim, int64_t lo, int64_t hi) {
   for (int d = 0; d < s.rank; d++) limit[d] = s.dims[d], stride[d] = 1;
   start[dim] = lo;
   limit[dim] = hi;
-  return {tpu_graph_slice(g, z.re, start, limit, stride), tpu_graph_slice(g, z.im, start, limit, stride)};
+  return {tpu_graph_slice(g, z.re, start, limit, stride),
+          tpu_graph_slice(g, z.im, start, limit, stride)};
 }
 
 // Parts |z| padded along |dim| with |lo| values before and |hi| after, each 1 (1 + 0i).

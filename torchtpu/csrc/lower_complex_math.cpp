@@ -24,6 +24,26 @@ constexpr double kLn10 = 2.30258509299404568402;
 Cx times_i(const Cew &e, const Cx &z) { return {e.un(TPU_OP_NEG, z.im), z.re}; }
 Cx times_minus_i(const Cew &e, const Cx &z) { return {z.im, e.un(TPU_OP_NEG, z.re)}; }
 
+using CxFn = Cx (*)(const Cew &, const Cx &);
+
+template <CxFn F>
+void of_z(LowerCtx &ctx) {  // F(z)
+  Cew e = cew_of(ctx);
+  set_complex(ctx, F(e, e.arg(ctx, 0)));
+}
+
+template <CxFn F>
+void of_iz(LowerCtx &ctx) {  // F(iz): cos z = cosh(iz)
+  Cew e = cew_of(ctx);
+  set_complex(ctx, F(e, times_i(e, e.arg(ctx, 0))));
+}
+
+template <CxFn F>
+void rotated(LowerCtx &ctx) {  // -i F(iz): sin, tan, asinh, atan from sinh, tanh, asin, atanh
+  Cew e = cew_of(ctx);
+  set_complex(ctx, times_minus_i(e, F(e, times_i(e, e.arg(ctx, 0)))));
+}
+
 // ---- exponentials and logarithms --------------------------------------------------------
 
 void exp_out(LowerCtx &ctx) {
@@ -157,7 +177,7 @@ Cx cosh_cx(const Cew &e, const Cx &z) {
 // tanh(a + bi) = (sinh a cosh a, sin b cos b) / (sinh^2 a + cos^2 b), as glibc's ctanh;
 // past the magnitude where sinh^2 a would overflow, (sign of a, 4 sin b cos b e^-2|a|)
 Cx tanh_cx(const Cew &e, const Cx &z) {
-  const double large = e.dt == TPU_F64 ? (DBL_MAX_EXP - 1) * kLn2 / 2 : (FLT_MAX_EXP - 1) * kLn2 / 2;
+  const double large = (e.dt == TPU_F64 ? DBL_MAX_EXP - 1 : FLT_MAX_EXP - 1) * kLn2 / 2;
   tpu_value_t sa = sinh_of(e, z.re), ca = cosh_of(e, z.re);
   tpu_value_t sb = e.un(TPU_OP_SIN, z.im), cb = e.un(TPU_OP_COS, z.im);
   tpu_value_t den = e.add(e.mul(sa, sa), e.mul(cb, cb));
@@ -176,44 +196,15 @@ void tanh_backward_out(LowerCtx &ctx) {
   set_complex(ctx, e.mul(e.arg(ctx, 0), {e.sub(e.k(1), y2.re), y2.im}));
 }
 
-void sin_out(LowerCtx &ctx) {  // sin z = -i sinh(iz) = (sin a cosh b, cos a sinh b)
-  Cew e = cew_of(ctx);
-  set_complex(ctx, times_minus_i(e, sinh_cx(e, times_i(e, e.arg(ctx, 0)))));
-}
-
 // sinc z = sin(pi z) / (pi z), 1 at 0, as the CPU's
 void sinc_out(LowerCtx &ctx) {
   Cew e = cew_of(ctx);
   Cx z = e.arg(ctx, 0);
   Cx p = e.scale(z, e.k(M_PI));
   Cx q = e.div(times_minus_i(e, sinh_cx(e, times_i(e, p))), p);
-  tpu_value_t zero = e.op(TPU_OP_AND, e.cmp(TPU_CMP_EQ, z.re, e.k(0)), e.cmp(TPU_CMP_EQ, z.im, e.k(0)));
+  tpu_value_t zero = e.op(TPU_OP_AND, e.cmp(TPU_CMP_EQ, z.re, e.k(0)),
+                          e.cmp(TPU_CMP_EQ, z.im, e.k(0)));
   set_complex(ctx, {e.sel(zero, e.k(1), q.re), e.sel(zero, e.k(0), q.im)});
-}
-
-void cos_out(LowerCtx &ctx) {  // cos z = cosh(iz) = (cos a cosh b, -sin a sinh b)
-  Cew e = cew_of(ctx);
-  set_complex(ctx, cosh_cx(e, times_i(e, e.arg(ctx, 0))));
-}
-
-void tan_out(LowerCtx &ctx) {  // tan z = -i tanh(iz)
-  Cew e = cew_of(ctx);
-  set_complex(ctx, times_minus_i(e, tanh_cx(e, times_i(e, e.arg(ctx, 0)))));
-}
-
-void sinh_out(LowerCtx &ctx) {
-  Cew e = cew_of(ctx);
-  set_complex(ctx, sinh_cx(e, e.arg(ctx, 0)));
-}
-
-void cosh_out(LowerCtx &ctx) {
-  Cew e = cew_of(ctx);
-  set_complex(ctx, cosh_cx(e, e.arg(ctx, 0)));
-}
-
-void tanh_out(LowerCtx &ctx) {
-  Cew e = cew_of(ctx);
-  set_complex(ctx, tanh_cx(e, e.arg(ctx, 0)));
 }
 
 // ---- inverse trigonometric and hyperbolic ----------------------------------------------
@@ -272,21 +263,11 @@ Cx atanh_cx(const Cew &e, const Cx &z) {
           e.sel(inf, copy_sign(e, e.k(M_PI / 2), z.im), im)};
 }
 
-void asin_out(LowerCtx &ctx) {
-  Cew e = cew_of(ctx);
-  set_complex(ctx, asin_cx(e, e.arg(ctx, 0)));
-}
-
 void acos_out(LowerCtx &ctx) {  // (atan2(d, a), -sign(b) l)
   Cew e = cew_of(ctx);
   Cx z = e.arg(ctx, 0);
   AsinParts p = asin_parts(e, z);
   set_complex(ctx, {e.op(TPU_OP_ATAN2, p.d, z.re), copy_sign(e, p.l, e.un(TPU_OP_NEG, z.im))});
-}
-
-void asinh_out(LowerCtx &ctx) {  // asinh z = -i asin(iz)
-  Cew e = cew_of(ctx);
-  set_complex(ctx, times_minus_i(e, asin_cx(e, times_i(e, e.arg(ctx, 0)))));
 }
 
 // acosh z = (l, sign(b) acos(a / A)): i acos z or -i acos z, whichever has a real part >= 0
@@ -295,16 +276,6 @@ void acosh_out(LowerCtx &ctx) {
   Cx z = e.arg(ctx, 0);
   AsinParts p = asin_parts(e, z);
   set_complex(ctx, {p.l, copy_sign(e, e.op(TPU_OP_ATAN2, p.d, z.re), z.im)});
-}
-
-void atan_out(LowerCtx &ctx) {  // atan z = -i atanh(iz)
-  Cew e = cew_of(ctx);
-  set_complex(ctx, times_minus_i(e, atanh_cx(e, times_i(e, e.arg(ctx, 0)))));
-}
-
-void atanh_out(LowerCtx &ctx) {
-  Cew e = cew_of(ctx);
-  set_complex(ctx, atanh_cx(e, e.arg(ctx, 0)));
 }
 
 [[maybe_unused]] const bool registered = [] {
@@ -323,20 +294,20 @@ void atanh_out(LowerCtx &ctx) {
       {"sigmoid_backward.grad_input", sigmoid_backward_out},
       {"sqrt.out", sqrt_out},
       {"rsqrt.out", rsqrt_out},
-      {"sin.out", sin_out},
-      {"cos.out", cos_out},
+      {"sin.out", rotated<sinh_cx>},
+      {"cos.out", of_iz<cosh_cx>},
       {"sinc.out", sinc_out},
-      {"tan.out", tan_out},
-      {"sinh.out", sinh_out},
-      {"cosh.out", cosh_out},
-      {"tanh.out", tanh_out},
+      {"tan.out", rotated<tanh_cx>},
+      {"sinh.out", of_z<sinh_cx>},
+      {"cosh.out", of_z<cosh_cx>},
+      {"tanh.out", of_z<tanh_cx>},
       {"tanh_backward.grad_input", tanh_backward_out},
-      {"asin.out", asin_out},
+      {"asin.out", of_z<asin_cx>},
       {"acos.out", acos_out},
-      {"atan.out", atan_out},
-      {"asinh.out", asinh_out},
+      {"atan.out", rotated<atanh_cx>},
+      {"asinh.out", rotated<asin_cx>},
       {"acosh.out", acosh_out},
-      {"atanh.out", atanh_out},
+      {"atanh.out", of_z<atanh_cx>},
   };
   for (const auto &[op, fn] : ops) register_complex_lowering(op, fn);
   return true;
