@@ -176,12 +176,10 @@ def test_lazy_conjugation():
 
 
 def test_unsupported_ops_still_run_correctly():
-    """A complex op without a lowering (vdot here) runs on the CPU fallback with the CPU's
-    result, and so does a movement op with a real data operand (promoted on the CPU)."""
+    """A complex op without a lowering (logcumsumexp here) runs on the CPU fallback with the
+    CPU's result, and so does a movement op with a real data operand (promoted on the CPU)."""
     z = cplx((3, 4), torch.complex64, 12)
-    w = cplx((3, 4), torch.complex64, 13)
-    torch.testing.assert_close(torch.vdot(tpu(z).flatten(), tpu(w).flatten()).cpu(),
-                               torch.vdot(z.flatten(), w.flatten()))
+    torch.testing.assert_close(torch.logcumsumexp(tpu(z), 1).cpu(), torch.logcumsumexp(z, 1))
     m, x = torch.rand(3, 4) > 0.5, torch.randn(3, 4)
     torch.testing.assert_close(torch.where(tpu(m), tpu(z), tpu(x)).cpu(), torch.where(m, z, x))
 
@@ -195,6 +193,10 @@ def test_matmul(dtype, highest):
     check(lambda a, b: a @ b, cplx((2, 4, 6), dtype, 19), cplx((6, 2), dtype, 20))
     check(lambda a, b: torch.einsum("bci,coi->boi", a, b), cplx((2, 3, 5), dtype, 21),
           cplx((3, 4, 5), dtype, 22))
+    check(torch.dot, cplx((9,), dtype, 23), cplx((9,), dtype, 24))
+    check(torch.vdot, cplx((9,), dtype, 23), cplx((9,), dtype, 24))  # conj(a) b
+    check(lambda a, b: torch.vdot(a, b, out=torch.empty((), dtype=dtype, device=a.device)),
+          cplx((9,), dtype, 25), cplx((9,), dtype, 26))
 
 
 MOVEMENTS = {

@@ -5,11 +5,12 @@
 //
 // Covered: add, sub (with alpha), mul, div, neg, conj_physical, reciprocal, abs, angle,
 // sgn, isnan, eq, ne, linalg_vector_norm, polar, complex, fill_, zero_, sum, mean, prod,
-// cumprod, mm and bmm (so matmul), and data movement through the real lowerings (roll,
-// flip, cat, index_select, gather, where, ...). The elementary functions (exp, log, pow, sqrt, the
-// trigonometric and hyperbolic functions and their inverses) are lower_complex_math.cpp's;
-// torch.fft is lower_fft.cpp's. view_as_real / view_as_complex (and so real / imag) are
-// views (ops.cpp); copies between complex dtypes and from real ones are native_copy's.
+// cumprod, mm, bmm (so matmul), dot, vdot, and data movement through the real lowerings
+// (roll, flip, cat, index_select, gather, where, ...). The elementary functions (exp, log,
+// pow, sqrt, the trigonometric and hyperbolic functions and their inverses) are
+// lower_complex_math.cpp's; torch.fft is lower_fft.cpp's. view_as_real / view_as_complex
+// (and so real / imag) are views (ops.cpp); copies between complex dtypes and from real
+// ones are native_copy's.
 #include <ATen/ops/empty_strided.h>
 
 #include <cmath>
@@ -257,16 +258,11 @@ void cumprod_out(LowerCtx &ctx) {
   set_complex(ctx, z);
 }
 
-// mm.out(self, mat2, out), bmm.out(self, mat2, out): (A + Bi)(C + Di) as one real product
-// at the current precision, [A | B] (..., M, 2K) @ [[C, D], [-D, C]] (..., 2K, 2N) =
-// [AC - BD | AD + BC]
-void matmul_out(LowerCtx &ctx, int batch) {
-  tpu_graph_t *g = ctx.g;
-  tpu_dtype_t dt = component_dtype(ctx.out_meta[0].scalar_type());
-  if (!is_complex_pair(ctx.tensor(0).scalar_type()) || !is_complex_pair(ctx.tensor(1).scalar_type())) {
-    throw Unsupported("complex matmul of a real operand");
-  }
-  tpu_value_t a = convert(g, ctx.v(0), dt), b = convert(g, ctx.v(1), dt);
+// (A + Bi)(C + Di) of pairs a (..., M, K, 2) and b (..., K, N, 2) in |dt| with |batch|
+// leading batch dims, as one real product at |precision|: [A | B] (..., M, 2K) @
+// [[C, D], [-D, C]] (..., 2K, 2N) = [AC - BD | AD + BC]; the pair (..., M, N, 2)
+tpu_value_t complex_matmul(tpu_graph_t *g, tpu_value_t a, tpu_value_t b, int batch,
+                           tpu_precision_t precision, tpu_dtype_t dt) {
   auto cat = [&](tpu_value_t x, tpu_value_t y, int dim) {
     const tpu_value_t xs[2] = {x, y};
     return tpu_graph_concatenate(g, xs, 2, dim);
@@ -282,7 +278,7 @@ void matmul_out(LowerCtx &ctx, int batch) {
   attrs.num_contract = 1;
   attrs.lhs_contract[0] = rank - 1;
   attrs.rhs_contract[0] = rank - 2;
-  attrs.precision = ctx.precision;
+  attrs.precision = precision;
   tpu_value_t y = tpu_graph_dot_general(g, lhs, rhs, &attrs, dt);
   tpu_shape_t s = shape_of(g, y);
   const int64_t n = s.dims[rank - 1] / 2;
@@ -292,8 +288,45 @@ void matmul_out(LowerCtx &ctx, int batch) {
   tpu_value_t re = tpu_graph_slice(g, y, lo, hi, st);
   lo[rank - 1] = n;
   hi[rank - 1] = 2 * n;
-  tpu_value_t im = tpu_graph_slice(g, y, lo, hi, st);
-  ctx.results = {complex_join(g, re, im)};
+  return complex_join(g, re, tpu_graph_slice(g, y, lo, hi, st));
+}
+
+// The two complex operands converted to the result's component dtype.
+std::pair<tpu_value_t, tpu_value_t> complex_operands(LowerCtx &ctx, tpu_dtype_t dt) {
+  if (!is_complex_pair(ctx.tensor(0).scalar_type()) ||
+      !is_complex_pair(ctx.tensor(1).scalar_type())) {
+    throw Unsupported("complex product of a real operand");
+  }
+  return {convert(ctx.g, ctx.v(0), dt), convert(ctx.g, ctx.v(1), dt)};
+}
+
+// mm.out(self, mat2, out), bmm.out(self, mat2, out)
+void matmul_out(LowerCtx &ctx, int batch) {
+  tpu_dtype_t dt = component_dtype(ctx.out_meta[0].scalar_type());
+  auto [a, b] = complex_operands(ctx, dt);
+  ctx.results = {complex_matmul(ctx.g, a, b, batch, ctx.precision, dt)};
+}
+
+// dot(self, other) = sum a b, vdot (and vdot.out) = sum conj(a) b: a (1, n) @ b (n, 1)
+template <bool Conjugate>
+void dot_out(LowerCtx &ctx) {
+  tpu_graph_t *g = ctx.g;
+  tpu_dtype_t dt = component_dtype(ctx.out_meta[0].scalar_type());
+  auto [a, b] = complex_operands(ctx, dt);
+  if (Conjugate) {
+    a = complex_join(g, complex_part(g, a, 0), tpu_graph_unary(g, TPU_OP_NEG, complex_part(g, a, 1)));
+  }
+  const int64_t n = shape_of(g, a).dims[0];
+  tpu_shape_t row{}, col{}, scalar{};
+  row.rank = col.rank = 3;
+  row.dims[0] = col.dims[1] = 1;
+  row.dims[1] = col.dims[0] = n;
+  row.dims[2] = col.dims[2] = 2;
+  scalar.rank = 1;
+  scalar.dims[0] = 2;
+  tpu_value_t y = complex_matmul(g, tpu_graph_reshape(g, a, &row), tpu_graph_reshape(g, b, &col),
+                                 0, ctx.precision, dt);
+  ctx.results = {tpu_graph_reshape(g, y, &scalar)};
 }
 
 void mm_out(LowerCtx &ctx) { matmul_out(ctx, 0); }
@@ -395,6 +428,9 @@ void by_parts(LowerCtx &ctx) {
       {"cumprod.out", cumprod_out},
       {"mm.out", mm_out},
       {"bmm.out", bmm_out},
+      {"dot", dot_out<false>},
+      {"vdot", dot_out<true>},
+      {"vdot.out", dot_out<true>},
   };
   for (const auto &[op, fn] : ops) register_complex_lowering(op, fn);
   for (const Movement &m : kMovements) register_complex_lowering(m.op, by_parts);

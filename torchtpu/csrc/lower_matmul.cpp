@@ -100,7 +100,7 @@ LoweringRegistrar registrar({
     {"bmm.out", bmm_out},
     {"mv.out", mv_out},
     {"dot", dot},
-    {"vdot", dot},  // of real vectors (complex tensors run on the CPU fallback)
+    {"vdot", dot},  // of real vectors (complex ones: lower_complex.cpp)
     {"vdot.out", dot},
     {"linalg_cross.out", linalg_cross},
     {"addmm.out", addmm_out},
