@@ -78,7 +78,9 @@ struct Cew : Ew {
   Cx exp(const Cx &z) const {
     tpu_value_t m = un(TPU_OP_EXP, z.re), h = un(TPU_OP_EXP, Ew::mul(z.re, k(0.5)));
     tpu_value_t big = cmp(TPU_CMP_GT, z.re, k(dt == TPU_F64 ? 709 : 88));
-    auto times = [&](tpu_value_t t) { return sel(big, Ew::mul(Ew::mul(h, t), h), Ew::mul(m, t)); };
+    auto times = [&](tpu_value_t t) {
+      return sel(big, Ew::mul(Ew::mul(h, t), h), Ew::mul(m, t));
+    };
     return {times(un(TPU_OP_COS, z.im)), times(un(TPU_OP_SIN, z.im))};
   }
   // (log |z|, arg z)
