@@ -144,10 +144,15 @@ void fill_scalar(LowerCtx &ctx) {  // fill_(self, value)
 }
 
 // sum / mean over |dims| of the parts, in the result's component dtype.
-Cx reduce_parts(LowerCtx &ctx, c10::IntArrayRef dims, bool keepdim) {
-  tpu_dtype_t dt = component_dtype(ctx.out_meta[0].scalar_type());
+// Argument 0's parts converted to |dt|.
+Cx input_parts(LowerCtx &ctx, tpu_dtype_t dt) {
   tpu_value_t v = convert(ctx.g, ctx.v(0), dt);
-  tpu_value_t re = complex_part(ctx.g, v, 0), im = complex_part(ctx.g, v, 1);
+  return {complex_part(ctx.g, v, 0), complex_part(ctx.g, v, 1)};
+}
+
+Cx reduce_parts(LowerCtx &ctx, c10::IntArrayRef dims, bool keepdim) {
+  Cx z = input_parts(ctx, component_dtype(ctx.out_meta[0].scalar_type()));
+  tpu_value_t re = z.re, im = z.im;
   std::vector<int64_t> all;
   if (dims.empty()) {  // every dim
     for (int64_t d = 0; d < shape_of(ctx.g, re).rank; d++) all.push_back(d);
@@ -224,8 +229,7 @@ void prod_out(LowerCtx &ctx) {
   if (!is_complex_pair(ctx.tensor(0).scalar_type())) throw Unsupported("complex prod of real");
   const bool by_dim = ctx.schema->overload_name() == "int_out";
   tpu_dtype_t dt = component_dtype(ctx.out_meta[0].scalar_type());
-  tpu_value_t v = convert(ctx.g, ctx.v(0), dt);
-  Cx z{complex_part(ctx.g, v, 0), complex_part(ctx.g, v, 1)};
+  Cx z = input_parts(ctx, dt);
   const int rank = shape_of(ctx.g, z.re).rank;
   std::vector<bool> reduced(rank, !by_dim);  // a 0-d tensor is its own product
   if (by_dim && rank > 0) reduced[wrap_dim(ctx.arg(1).toInt(), rank)] = true;
@@ -244,8 +248,7 @@ void prod_out(LowerCtx &ctx) {
 void cumprod_out(LowerCtx &ctx) {
   if (!is_complex_pair(ctx.tensor(0).scalar_type())) throw Unsupported("complex cumprod of real");
   tpu_dtype_t dt = component_dtype(ctx.out_meta[0].scalar_type());
-  tpu_value_t v = convert(ctx.g, ctx.v(0), dt);
-  Cx z{complex_part(ctx.g, v, 0), complex_part(ctx.g, v, 1)};
+  Cx z = input_parts(ctx, dt);
   tpu_shape_t s = shape_of(ctx.g, z.re);
   if (s.rank > 0) {
     int dim = static_cast<int>(wrap_dim(ctx.arg(1).toInt(), s.rank));

@@ -15,7 +15,7 @@
 // rounded once, gathered into the (n, m) blocks.
 #include <cmath>
 
-#include "native.h"
+#include "lower_complex.h"
 
 namespace torchtpu {
 namespace {
@@ -175,10 +175,10 @@ Parts dft_last(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, bool forward) {
 // split into two products of at most kMaxLength.
 constexpr int64_t kMaxBluestein = kMaxLength * kMaxLength / 2;
 
-// The chirp w_j = e^(i pi j^2 / n), j in [0, len), as (cos, sin) in |dt|; j^2 mod 2n in
+// The chirp w_j = e^(i pi j^2 / n), j in [0, n), as (cos, sin) in |dt|; j^2 mod 2n in
 // integers, the angle in f64, rounded once.
-Parts chirp(tpu_graph_t *g, int64_t len, int64_t n, tpu_dtype_t dt) {
-  const tpu_shape_t s = shape1(len);
+Parts chirp(tpu_graph_t *g, int64_t n, tpu_dtype_t dt) {
+  const tpu_shape_t s = shape1(n);
   tpu_value_t j = tpu_graph_iota(g, TPU_I64, &s, 0);
   tpu_value_t p = tpu_graph_binary(g, TPU_OP_REM, tpu_graph_binary(g, TPU_OP_MUL, j, j),
                                    full(g, TPU_I64, s, 2 * n));
@@ -188,13 +188,12 @@ Parts chirp(tpu_graph_t *g, int64_t len, int64_t n, tpu_dtype_t dt) {
           convert(g, tpu_graph_unary(g, TPU_OP_SIN, angle), dt)};
 }
 
-// (ar + i ai)(br + i bi), b broadcast to a's shape
+// (ar + i ai)(br + i bi), b broadcast to a's shape (lower_complex.h's product)
 Parts cmul(tpu_graph_t *g, Parts a, Parts b) {
   const tpu_shape_t s = shape_of(g, a.first);
-  tpu_value_t br = broadcast_to(g, b.first, s), bi = broadcast_to(g, b.second, s);
-  auto mul = [&](tpu_value_t x, tpu_value_t y) { return tpu_graph_binary(g, TPU_OP_MUL, x, y); };
-  return {tpu_graph_binary(g, TPU_OP_SUB, mul(a.first, br), mul(a.second, bi)),
-          tpu_graph_binary(g, TPU_OP_ADD, mul(a.first, bi), mul(a.second, br))};
+  Cx p = Cew{{g, dtype_of(g, a.first), s}}.mul(
+      {a.first, a.second}, {broadcast_to(g, b.first, s), broadcast_to(g, b.second, s)});
+  return {p.re, p.im};
 }
 
 // |x|'s last dim padded with zeros to |m|
@@ -218,7 +217,7 @@ Parts bluestein_last(tpu_graph_t *g, tpu_value_t re, tpu_value_t im, bool forwar
   if (n > kMaxBluestein) throw Unsupported("fft length without a split");
   int64_t m = 1;
   while (m < 2 * n - 1) m *= 2;
-  auto [wc, ws] = chirp(g, n, n, dt);
+  auto [wc, ws] = chirp(g, n, dt);
   Parts c{wc, forward ? neg(g, ws) : ws}, kernel{wc, forward ? ws : neg(g, ws)};
   auto [ar, ai] = cmul(g, {re, im}, c);
   // the kernel conj(c_d) at d = 0 .. n-1 and at m - d for d = 1 .. n-1 (d = k - j < 0)

@@ -19,7 +19,7 @@
 
 #include <cmath>
 
-#include "native.h"
+#include "lower_complex.h"
 
 namespace torchtpu {
 namespace {
@@ -96,7 +96,7 @@ template <bool Normal>
 void complex_fill(LowerCtx &ctx) {
   double a = ctx.arg(1).toDouble(), b = ctx.arg(2).toDouble();
   Rng in = rng_inputs(ctx);
-  tpu_dtype_t dt = ctx.out_meta[0].scalar_type() == at::kComplexDouble ? TPU_F64 : TPU_F32;
+  tpu_dtype_t dt = component_dtype(ctx.out_meta[0].scalar_type());
   tpu_shape_t s = ctx.out_shape();
   if (s.rank >= TPU_MAX_RANK) throw Unsupported("complex rank above 7");
   s.dims[s.rank++] = 2;
