@@ -1,7 +1,8 @@
 """The GPT example's training step in every way of running it: PyTorch CPU eager (the
 reference), tpu strict eager, tpu fused eager, and torch.compile(backend="tpu") (model and
 AdamW step with capturable=True, or model with AdamW(fused=True)); compile time of the step
-at 1x, 2x and 4x layers; peak memory compiled vs eager; a loop of tiny ops, fused vs strict.
+at 1x, 2x and 4x layers; peak memory compiled vs eager; a loop of tiny ops, fused vs strict;
+which thread bounds each mode (CPU time per step of the Python and the kernel threads).
 
 The step time is measured on the host (the virtual TPU runs on this machine's CPU) and
 modelled for a real v5e by the cost model (include/tpu/cost.h), which also shows what
@@ -11,6 +12,7 @@ Run: .venv/bin/python bench/bench_modes.py
 """
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -137,6 +139,62 @@ def step_times(rounds=60):
           f"{modelled['tpu fused eager'] / modelled['tpu compiled']:.2f}x modelled")
 
 
+def _thread_cpu_s():
+    """CPU seconds (user + system) of each thread of this process, by thread id: (name, s).
+    The C core names its threads (tpu_stream: a chip's queue, tpu_pool: the kernels' pool)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def thread_cpu(steps=200):
+    """Per tpu mode, CPU ms per step of the Python side (the main thread while it issues
+    |steps| steps back to back, before the sync, and autograd's device thread) and of the
+    kernel threads (through the sync), with the wall ms per step: the thread whose CPU time
+    is close to the wall time is the one that bounds the step. /proc counts in clock ticks
+    (10 ms), so |steps| steps make the error about 0.1 ms per step."""
+    main = str(threading.get_native_id())
+    rows = []
+    for name, (device, mode, compiled, fused_adamw) in MODES.items():
+        if device != "tpu" or fused_adamw:
+            continue
+        step = in_mode(mode, lambda: gpt_step(device, compile=compiled))
+        in_mode(mode, lambda: [step() for _ in range(5)])
+        tpu_sync()
+        torchtpu.set_eager_mode(mode)
+        before = _thread_cpu_s()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        issued = _thread_cpu_s()
+        tpu_sync()
+        wall = time.perf_counter() - t0
+        after = _thread_cpu_s()
+        torchtpu.set_eager_mode("strict")
+
+        def spent(named):  # CPU ms per step of the threads |named| accepts, through the sync
+            return sum(cpu - before.get(tid, (n, 0.0))[1] for tid, (n, cpu) in after.items()
+                       if named(n)) / steps * 1e3
+        rows.append([name, f"{wall / steps * 1e3:.2f}",
+                     f"{(issued[main][1] - before[main][1]) / steps * 1e3:.2f}",
+                     f"{spent(lambda n: n.startswith('pt_autograd')):.2f}",
+                     f"{spent(lambda n: n == 'tpu_stream'):.2f}",
+                     f"{spent(lambda n: n == 'tpu_pool'):.2f}"])
+    table(f"CPU ms per GPT step, {steps} steps back to back (a step is bound by its busiest "
+          f"thread, or by the sum over the {os.cpu_count()} cores)",
+          ["mode", "wall", "main thread (Python, before the sync)", "autograd thread",
+           "tpu_stream (kernels)", "tpu_pool (kernel workers)"], rows)
+
+
 def compile_times():
     rows = []
     for n_layer in (1, 2, 4):
@@ -192,6 +250,7 @@ def tiny_ops(rounds=7):
 
 if __name__ == "__main__":
     step_times()
+    thread_cpu()
     tiny_ops()
     peak_memory()
     compile_times()

@@ -82,6 +82,7 @@ static void join_job(tpu_pool_t *p, uint64_t gen) {
 static void *worker_main(void *arg) {
   tpu_pool_t *p = arg;
   uint64_t seen = 0;
+  pthread_setname_np(pthread_self(), "tpu_pool"); /* top -H, perf, /proc/<pid>/task/<tid>/comm */
   t_in_job = true; /* kernels called from a chunk run their own loops inline */
   pthread_mutex_lock(&p->mu);
   for (;;) {

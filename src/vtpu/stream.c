@@ -136,6 +136,7 @@ static void run_node(tpu_stream_t *s, stream_node_t *n) {
 
 static void *worker_main(void *arg) {
   tpu_stream_t *s = arg;
+  pthread_setname_np(pthread_self(), "tpu_stream"); /* top -H, perf, /proc/<pid>/task/<tid>/comm */
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (!s->head && !s->stopping) {

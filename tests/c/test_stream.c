@@ -1,6 +1,6 @@
 /* test_stream.c: streams (FIFO order, asynchrony, sticky errors, draining, threads, the
  * synchronizing thread helping the pool) and events (query, synchronize, timestamps,
- * cross-stream waits, re-recording). */
+ * cross-stream waits, re-recording); the worker thread is named tpu_stream. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "thread_names.h"
 #include "tpu/stream.h"
 
 static void sleep_ms(int ms) {
@@ -394,6 +395,20 @@ TEST(synchronize_helps_the_pool) {
   tpu_pool_destroy(pool);
 }
 
+TEST(worker_is_named) { /* tpu_stream: its CPU time is the chip's kernels (bench_modes) */
+  int before = threads_named("tpu_stream");
+  CHECK(before >= 0);
+  tpu_stream_t *s = make_stream("tpu:0");
+  if (!s) return;
+  static log_t log;
+  log.count = 0;
+  CHECK_OK(enqueue_append(s, &log, 1)); /* the worker has started once a task has run */
+  CHECK_OK(tpu_stream_synchronize(s));
+  CHECK(threads_named("tpu_stream") == before + 1);
+  tpu_stream_destroy(s);
+  CHECK(threads_named("tpu_stream") == before);
+}
+
 int main(void) {
   RUN(tasks_run_in_fifo_order);
   RUN(enqueue_returns_before_the_task_runs);
@@ -406,5 +421,6 @@ int main(void) {
   RUN(wait_event_orders_two_streams);
   RUN(event_destroy_waits_and_waiters_survive_it);
   RUN(synchronize_helps_the_pool);
+  RUN(worker_is_named);
   return check_report();
 }

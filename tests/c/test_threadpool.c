@@ -1,12 +1,14 @@
 /* test_threadpool.c: the kernel thread pool covers every item exactly once, in chunks of
  * at least the grain, from concurrent callers, and runs nested calls inline; helpers
- * (tpu_pool_help) join jobs while they spin and leave when done or idle. */
+ * (tpu_pool_help) join jobs while they spin and leave when done or idle; the workers are
+ * named tpu_pool (top -H, perf). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include "check.h"
 #include "pool_helper.h"
+#include "thread_names.h"
 #include "tpu/threadpool.h"
 
 typedef struct {
@@ -177,6 +179,20 @@ TEST(help_returns_when_done_or_idle) {
   tpu_pool_destroy(pool);
 }
 
+TEST(workers_are_named) {
+  int before = threads_named("tpu_pool");
+  CHECK(before >= 0);
+  tpu_pool_t *pool;
+  CHECK_OK(tpu_pool_create(3, tpu_allocator_system(), &pool));
+  /* a worker names itself as it starts: run a job that needs both to be sure they have */
+  for (int i = 0; i < 1000 && threads_named("tpu_pool") < before + 2; i++) {
+    CHECK(run_cover(pool, 4096, 1) == 0);
+  }
+  CHECK(threads_named("tpu_pool") == before + 2);
+  tpu_pool_destroy(pool);
+  CHECK(threads_named("tpu_pool") == before);
+}
+
 int main(void) {
   RUN(every_item_once);
   RUN(null_pool_runs_inline);
@@ -185,5 +201,6 @@ int main(void) {
   RUN(bad_sizes);
   RUN(helpers_join_jobs);
   RUN(help_returns_when_done_or_idle);
+  RUN(workers_are_named);
   return check_report();
 }
