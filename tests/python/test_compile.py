@@ -232,6 +232,30 @@ def test_a_layer_norm_becomes_at_most_two_kernels():
     assert g.stats()["kernels"] <= 2, g.describe()
 
 
+def test_views_at_an_offset_read_the_base_in_place():
+    """q, k and v split from one projection and viewed as heads start at an offset inside
+    the projection: the view solver reads them as a slice of the projection's grid, so no
+    kernel pads or copies it; an offset from which the view does not fit the grid (a
+    window across rows) still gives the right values."""
+    qkv = torch.randn(8, 32, 192, device="tpu")
+
+    def heads(qkv):
+        q, k, v = qkv.split(64, dim=2)
+        q, k, v = (t.view(8, 32, 4, 16).transpose(1, 2) for t in (q, k, v))
+        return q * 2 + k * v
+    g, out = compiled_graph(heads, qkv)
+    torch.testing.assert_close(out.cpu(), heads(qkv.cpu()))
+    assert "PAD" not in str(g.describe()) and "COPY" not in str(g.describe()), g.describe()
+    assert g.stats()["kernels"] == 1, g.describe()
+
+    x = torch.randn(8, 8, device="tpu")
+    for fn in (lambda x: x[2:, 1:5] * 3,                    # from row 2, column 1
+               lambda x: x.flatten()[3:63].view(6, 10) + 1):  # rows of 10 from element 3
+        tc.graphs.clear()
+        g, out = compiled_graph(fn, x)
+        torch.testing.assert_close(out.cpu(), fn(x.cpu()))
+
+
 def test_matmul_with_bias_and_activation_is_one_kernel():
     x = torch.randn(16, 64, device="tpu")
     w, b = torch.randn(64, 32, device="tpu"), torch.randn(32, device="tpu")

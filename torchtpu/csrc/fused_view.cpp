@@ -5,9 +5,12 @@
 // dim's extent fits in its parent's stride, so no element is read twice), that set is a
 // grid: take the flat array from d, pad it to size_0 * s_0 elements, reshape it to
 // (size_0, s_0/s_1, ..., s_last), keep the first size_i of each dim (element 0 of the
-// last), then transpose into v's dim order and broadcast (stride-0 and size-1 dims). This
-// covers split, chunk, narrow, select, t(), permute, the heads view of attention,
-// unsqueeze, expand and flatten. Anything else flushes.
+// last), then transpose into v's dim order and broadcast (stride-0 and size-1 dims). When
+// d is a grid position from which v fits (q, k and v split from one qkv projection), the
+// whole array is the grid instead, sliced from that position: no pad, so the compiler
+// keeps the read a view rather than copying the base. This covers split, chunk, narrow,
+// select, t(), permute, the heads view of attention, unsqueeze, expand and flatten.
+// Anything else flushes.
 #include "fused_view.h"
 
 #include "native.h"
@@ -151,41 +154,64 @@ tpu_value_t view_of(tpu_graph_t *g, tpu_value_t base, const Geo &b, const Geo &v
   const int64_t d = w.d, n = numel_of(b);
   const int *dims = w.dims;
   const int m = w.m;
-  // 1. the base as a flat array from v's first element, padded to a whole number of rows
   tpu_shape_t flat{};
   flat.rank = 1;
   flat.dims[0] = n;
   tpu_value_t x = tpu_graph_reshape(g, base, &flat);
   int64_t rows = m ? v.sizes[dims[0]] : 1;
   int64_t row = m ? v.strides[dims[0]] : 1;
-  int64_t span = rows * row;  // elements the reshape below needs from d
-  int64_t lo = d, hi = std::min(n, d + span);
-  if (lo != 0 || hi != n) {
-    int64_t one = 1;
-    x = tpu_graph_slice(g, x, &lo, &hi, &one);
-  }
-  if (hi - lo < span) {
-    tpu_shape_t scalar{};
-    tpu_dtype_t dt = tpu_graph_node(g, base)->dtype;
-    tpu_value_t zero = !tpu_dtype_is_integer(dt) ? tpu_graph_constant(g, dt, &scalar, 0.0)
-                                              : tpu_graph_constant_int(g, dt, &scalar, 0);
-    int64_t pad_lo = 0, pad_hi = span - (hi - lo), interior = 0;
-    x = tpu_graph_pad(g, x, zero, &pad_lo, &pad_hi, &interior);
-  }
-  // 2. rows of the outermost stride, split by each inner stride: (size_0, s0/s1, ..., s_last)
+  // the grid (rows, s_0/s_1, ..., s_last): its dim i steps by s_i, the last by 1
   tpu_shape_t grid{};
   grid.dims[grid.rank++] = rows;
   for (int i = 0; i + 1 < m; i++) {
     grid.dims[grid.rank++] = v.strides[dims[i]] / v.strides[dims[i + 1]];
   }
   grid.dims[grid.rank++] = m ? v.strides[dims[m - 1]] : 1;
-  x = tpu_graph_reshape(g, x, &grid);
-  // 3. keep each dim's size, and element 0 of the innermost stride
   int64_t start[TPU_MAX_RANK + 1] = {}, limit[TPU_MAX_RANK + 1], step[TPU_MAX_RANK + 1];
   for (int i = 0; i < grid.rank; i++) {
     limit[i] = i < m ? v.sizes[dims[i]] : 1;
     step[i] = 1;
   }
+  // d as a grid position (whole rows of s_0, then each inner stride, then the remainder):
+  // if v fits from there, the grid covers the first n / s_0 rows of the whole array
+  bool positioned = m > 0 && d > 0 && n / row >= d / row + rows;
+  if (positioned) {
+    int64_t left = d;
+    for (int i = 0; i < m && positioned; i++) {
+      int64_t s_i = v.strides[dims[i]];
+      start[i] = left / s_i;
+      left -= start[i] * s_i;
+      positioned = i == 0 || start[i] + limit[i] <= grid.dims[i];
+    }
+    start[m] = left;  // < s_last: the innermost grid dim has room for it
+  }
+  if (positioned) {
+    grid.dims[0] = n / row;
+    for (int i = 0; i <= m; i++) limit[i] += start[i];
+    if (grid.dims[0] * row != n) {  // the whole rows only
+      int64_t lo = 0, hi = grid.dims[0] * row, one = 1;
+      x = tpu_graph_slice(g, x, &lo, &hi, &one);
+    }
+  } else {
+    // the flat array from v's first element, padded to a whole number of rows
+    for (int i = 0; i <= m; i++) start[i] = 0;
+    int64_t span = rows * row;  // elements the reshape below needs from d
+    int64_t lo = d, hi = std::min(n, d + span);
+    if (lo != 0 || hi != n) {
+      int64_t one = 1;
+      x = tpu_graph_slice(g, x, &lo, &hi, &one);
+    }
+    if (hi - lo < span) {
+      tpu_shape_t scalar{};
+      tpu_dtype_t dt = tpu_graph_node(g, base)->dtype;
+      tpu_value_t zero = !tpu_dtype_is_integer(dt) ? tpu_graph_constant(g, dt, &scalar, 0.0)
+                                                : tpu_graph_constant_int(g, dt, &scalar, 0);
+      int64_t pad_lo = 0, pad_hi = span - (hi - lo), interior = 0;
+      x = tpu_graph_pad(g, x, zero, &pad_lo, &pad_hi, &interior);
+    }
+  }
+  // keep each dim's size from the start, and one element of the innermost stride
+  x = tpu_graph_reshape(g, x, &grid);
   x = tpu_graph_slice(g, x, start, limit, step);
   tpu_shape_t walked{};
   for (int i = 0; i < m; i++) walked.dims[walked.rank++] = v.sizes[dims[i]];
