@@ -140,6 +140,29 @@ bool memory_order(const Geo &b, Geo *dense, int64_t perm[TPU_MAX_RANK]) {
   return true;
 }
 
+// Where the walk |w| of |v| starts in |grid| (dim i < m steps by v's i-th walked stride,
+// dim m by 1), when its first element is a position of the grid from which every dim fits
+// (q, k and v split from one projection): start[0 .. m] = that position; dim 0 is checked
+// against the n / s_0 whole rows of the base's |n| elements. False (|start| untouched): no
+// such position.
+bool grid_start(const Walk &w, const Geo &v, const tpu_shape_t &grid, const int64_t *limit,
+                int64_t n, int64_t *start) {
+  if (w.m == 0 || w.d == 0) return false;
+  const int64_t row = v.strides[w.dims[0]];
+  if (n / row < w.d / row + limit[0]) return false;
+  int64_t at[TPU_MAX_RANK + 1];
+  int64_t left = w.d;
+  for (int i = 0; i < w.m; i++) {
+    int64_t s_i = v.strides[w.dims[i]];
+    at[i] = left / s_i;
+    left -= at[i] * s_i;
+    if (i > 0 && at[i] + limit[i] > grid.dims[i]) return false;
+  }
+  at[w.m] = left;  // < s_last: the innermost grid dim has room for it
+  std::copy(at, at + w.m + 1, start);
+  return true;
+}
+
 }  // namespace
 
 tpu_value_t view_of(tpu_graph_t *g, tpu_value_t base, const Geo &b, const Geo &v) {
@@ -172,29 +195,16 @@ tpu_value_t view_of(tpu_graph_t *g, tpu_value_t base, const Geo &b, const Geo &v
     limit[i] = i < m ? v.sizes[dims[i]] : 1;
     step[i] = 1;
   }
-  // d as a grid position (whole rows of s_0, then each inner stride, then the remainder):
-  // if v fits from there, the grid covers the first n / s_0 rows of the whole array
-  bool positioned = m > 0 && d > 0 && n / row >= d / row + rows;
-  if (positioned) {
-    int64_t left = d;
-    for (int i = 0; i < m && positioned; i++) {
-      int64_t s_i = v.strides[dims[i]];
-      start[i] = left / s_i;
-      left -= start[i] * s_i;
-      positioned = i == 0 || start[i] + limit[i] <= grid.dims[i];
-    }
-    start[m] = left;  // < s_last: the innermost grid dim has room for it
-  }
-  if (positioned) {
+  // 1. the flat array as the grid: all its whole rows, when v starts at a position of the
+  //    grid (no copy); else from v's first element, padded to a whole number of rows
+  if (grid_start(w, v, grid, limit, n, start)) {
     grid.dims[0] = n / row;
     for (int i = 0; i <= m; i++) limit[i] += start[i];
-    if (grid.dims[0] * row != n) {  // the whole rows only
+    if (grid.dims[0] * row != n) {
       int64_t lo = 0, hi = grid.dims[0] * row, one = 1;
       x = tpu_graph_slice(g, x, &lo, &hi, &one);
     }
   } else {
-    // the flat array from v's first element, padded to a whole number of rows
-    for (int i = 0; i <= m; i++) start[i] = 0;
     int64_t span = rows * row;  // elements the reshape below needs from d
     int64_t lo = d, hi = std::min(n, d + span);
     if (lo != 0 || hi != n) {
@@ -210,13 +220,13 @@ tpu_value_t view_of(tpu_graph_t *g, tpu_value_t base, const Geo &b, const Geo &v
       x = tpu_graph_pad(g, x, zero, &pad_lo, &pad_hi, &interior);
     }
   }
-  // keep each dim's size from the start, and one element of the innermost stride
+  // 2. the grid, keeping each dim's size from the start and one element of the innermost
   x = tpu_graph_reshape(g, x, &grid);
   x = tpu_graph_slice(g, x, start, limit, step);
   tpu_shape_t walked{};
   for (int i = 0; i < m; i++) walked.dims[walked.rank++] = v.sizes[dims[i]];
   x = tpu_graph_reshape(g, x, &walked);
-  // 4. transpose into v's dim order, then broadcast into v's shape
+  // 3. transpose into v's dim order, then broadcast into v's shape
   int64_t perm[TPU_MAX_RANK];
   for (int i = 0; i < m; i++) perm[i] = i;
   small_sort(perm, m, [&](int64_t p, int64_t q) { return dims[p] < dims[q]; });
