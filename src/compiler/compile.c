@@ -263,6 +263,10 @@ static tpu_status_t plan_offsets(compile_state_t *cs, size_t *out_peak, size_t *
     if (f && f->has_tail && f->tail_out.base == BASE_SCRATCH) {
       f->tail_out.scratch_offset = cs->buffers[f->tail_out.index].offset;
     }
+    for (int j = 0; f && j < f->num_stores; j++) {
+      view_t *w = &f->store_out[j];
+      if (w->base == BASE_SCRATCH) w->scratch_offset = cs->buffers[w->index].offset;
+    }
   }
   return TPU_OK;
 }
@@ -370,6 +374,8 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
     }
     if (f->has_side) f->side_out = cs->values[fs->side_root].view;
     if (f->has_tail) f->tail_out = cs->values[fs->tail_root].view;
+    f->num_stores = fs->num_stores;
+    for (int j = 0; j < fs->num_stores; j++) f->store_out[j] = cs->values[fs->stores[j]].view;
   }
   if (st == TPU_OK && (f->has_pre || f->has_side || f->has_tail)) {
     /* chunks: whole slices of dim 0 when dim 0 is kept, else everything; the prologue
@@ -409,9 +415,11 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
 /* ---- in-place outputs ----------------------------------------------------------------------- */
 
 /* The position of the step that writes value |v|: its own, or its host's when |v| is the
- * root of a side or tail group run inside another group's step. */
+ * root of a side or tail group run inside another group's step, or its group's root when
+ * |v| is one of the group's stores. */
 static int write_position(const fuse_plan_t *plan, tpu_value_t v) {
   int gi = plan->group_of ? plan->group_of[v] : -1;
+  if (tpu_fuse_stored(plan, v)) return plan->groups[gi].root;
   if (gi >= 0 && plan->groups[gi].attached >= 0 && plan->groups[gi].root == v) {
     return plan->groups[plan->groups[gi].attached].root;
   }
@@ -554,7 +562,7 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
       int at = write_position(plan, v);
       if (direct[v] >= 0 || inplace[v] >= 0) continue;
       if (al.last_read[p] < at) direct[v] = o;
-      else if (al.last_read[p] == at && at == v) inplace[v] = o;
+      else if (al.last_read[p] == at && (at == v || tpu_fuse_stored(plan, v))) inplace[v] = o;
 
       continue;
     }
@@ -573,6 +581,7 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
       continue; /* an attached group's root: its host step (before or after) gives the view */
     }
     info->buffer = -1;
+    if (tpu_fuse_stored(plan, v)) continue; /* its group's step writes it: view given there */
     if (node->op != TPU_OP_PARAMETER && (!plan->needed[v] || tpu_fuse_internal(plan, v))) {
       direct[v] = -1; /* computed inside a fused step, or read by no step */
       continue;
@@ -613,6 +622,20 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
         reads_in_place(cs, fs, node, inplace[v], al.out_param[inplace[v]])) {
       direct[v] = inplace[v];
     }
+    for (int j = 0; fs && j < fs->num_stores; j++) {
+      /* a store goes straight to its output when allowed (in place over the parameter it
+       * updates when the step reads that parameter only where it writes), else to scratch
+       * and copy_outputs copies it */
+      tpu_value_t m = fs->stores[j];
+      const tpu_node_t *mn = tpu_graph_node(g, m);
+      if (direct[m] < 0 && inplace[m] >= 0 &&
+          reads_in_place(cs, fs, mn, inplace[m], al.out_param[inplace[m]])) {
+        direct[m] = inplace[m];
+      }
+      st = assign_written_view(cs, m, v, direct, 0);
+      if (st != TPU_OK) break;
+    }
+    if (st != TPU_OK) break;
     int o = direct[v];
     int64_t ostrides[TPU_MAX_RANK];
     bool ostrided = o >= 0 && tpu_graph_output_strides(g, o, ostrides);
@@ -912,12 +935,13 @@ tpu_status_t tpu_executable_describe(const tpu_executable_t *exe, tpu_allocator_
     } else {
       text_put(&t, "%s ", tpu_op_name(s->op));
     }
-    const view_t *outs[3] = {&s->out, NULL, NULL};
+    const view_t *outs[3 + TPU_EW_PROGRAM_MAX_STORES] = {&s->out, NULL, NULL};
     if (s->fused && s->fused->has_side) outs[1] = &s->fused->side_out;
     if (s->fused && s->fused->has_tail) outs[2] = &s->fused->tail_out;
-    for (int k = 0; k < 3; k++) {
+    for (int j = 0; s->fused && j < s->fused->num_stores; j++) outs[3 + j] = &s->fused->store_out[j];
+    for (int k = 0; k < 3 + TPU_EW_PROGRAM_MAX_STORES; k++) {
       if (!outs[k]) continue;
-      if (k) text_put(&t, ", %s ", k == 1 ? "side" : "tail");
+      if (k) text_put(&t, ", %s ", k == 1 ? "side" : k == 2 ? "tail" : "store");
       text_type(&t, outs[k]);
       if (outs[k]->base == BASE_OUTPUT) {
         text_put(&t, " -> output %d", outs[k]->index);

@@ -148,17 +148,19 @@ static tpu_status_t push_access(deps_state_t *s, int r, const access_t *a) {
   return TPU_OK;
 }
 
-/* The views step |st| reads and writes, with their regions (at most num_in + 4). */
+/* The views step |st| reads and writes, with their regions (at most num_in + 4 +
+ * TPU_EW_PROGRAM_MAX_STORES). */
 static int step_accesses(const deps_state_t *s, const step_t *st, int step, access_t *acc,
                          int *regions) {
   int n = 0;
-  const view_t *writes[4];
+  const view_t *writes[4 + TPU_EW_PROGRAM_MAX_STORES];
   int num_writes = 0;
   writes[num_writes++] = &st->out;
   const fused_t *f = st->fused;
   if (f && f->has_pre) writes[num_writes++] = &f->chunk;
   if (f && f->has_side) writes[num_writes++] = &f->side_out;
   if (f && f->has_tail) writes[num_writes++] = &f->tail_out;
+  for (int j = 0; f && j < f->num_stores; j++) writes[num_writes++] = &f->store_out[j];
   for (int i = 0; i < st->num_in + num_writes; i++) {
     const view_t *v = i < st->num_in ? &st->in[i] : writes[i - st->num_in];
     acc[n].step = step;
@@ -175,7 +177,7 @@ static tpu_status_t add_step(deps_state_t *s, const step_t *st, int step) {
   int stack_reg[16];
   access_t *acc = stack_acc;
   int *reg = stack_reg;
-  int cap = st->num_in + 4;
+  int cap = st->num_in + 4 + TPU_EW_PROGRAM_MAX_STORES;
   if (cap > 16) {
     TPU_RETURN_IF_ERROR(
         tpu_allocator_calloc(s->host, (size_t)cap, sizeof *acc, "deps", (void **)&acc));

@@ -63,6 +63,8 @@ typedef struct fused {
   int head_rank;
   int64_t head_dims[TPU_MAX_RANK];
   view_t side_out, tail_out;   /* where the side and tail results go (whole tensors) */
+  int num_stores;              /* a headless chain's stores (post->stores): */
+  view_t store_out[TPU_EW_PROGRAM_MAX_STORES]; /* where each goes */
   bool side_private;           /* no one else reads the side result: side_out is one chunk */
   uint64_t chunk_inputs;       /* bit i: input i is the private side result (one chunk) */
   view_t chunk;                /* prologue chunk: the REDUCE operand's dtype, dims[0] = chunk_rows */

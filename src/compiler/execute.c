@@ -223,14 +223,16 @@ static tpu_status_t run_node(const step_t *s, tpu_buf_t *in, const tpu_buf_t *ou
 
 /* ---- fused steps (see fused_t in executable.h) ---------------------------------------- */
 
+/* Program |p| over |bound| (input 0, if any) and ins[0 .. n), into out and, for a program
+ * with stores, extra[0 .. p->num_stores). */
 static tpu_status_t run_program(const tpu_ew_program_t *p, const tpu_buf_t *bound,
                                 const tpu_buf_t *ins, int n, const tpu_buf_t *out,
-                                tpu_pool_t *pool) {
+                                const tpu_buf_t *const *extra, tpu_pool_t *pool) {
   const tpu_buf_t *ptrs[TPU_EW_PROGRAM_MAX_INPUTS];
   int k = 0;
   if (bound) ptrs[k++] = bound;
   for (int i = 0; i < n && k < TPU_EW_PROGRAM_MAX_INPUTS; i++) ptrs[k++] = &ins[i];
-  return tpu_kernel_ew_program(p, ptrs, out, pool);
+  return tpu_kernel_ew_program_stores(p, ptrs, out, extra, pool);
 }
 
 /* |b| restricted to slices [r0, r0 + nr) of dim 0, if it spans the |rows| of dim 0 (inputs
@@ -285,12 +287,12 @@ static tpu_status_t run_rows(const rows_loop_t *l, int64_t r0, int64_t nr, int64
   if (f->has_side) {
     w = f->side_private ? slice_rows(&l->side, priv, nr) : rows_of(&l->side, rows, r0, nr);
     for (int i = 0; i < f->num_side_in; i++) wins[i] = CHUNK_OF(f->side_in + i);
-    TPU_RETURN_IF_ERROR(run_program(f->side, NULL, wins, f->num_side_in, &w, pool));
+    TPU_RETURN_IF_ERROR(run_program(f->side, NULL, wins, f->num_side_in, &w, NULL, pool));
   }
   if (f->has_pre) {
     x = slice_rows(&l->chunk, priv, nr);
     for (int i = 0; i < f->num_pre_in; i++) wins[i] = CHUNK_OF(f->pre_in + i);
-    TPU_RETURN_IF_ERROR(run_program(f->pre, NULL, wins, f->num_pre_in, &x, pool));
+    TPU_RETURN_IF_ERROR(run_program(f->pre, NULL, wins, f->num_pre_in, &x, NULL, pool));
   } else if (f->head_reads_side) {
     x = w;
   } else {
@@ -301,12 +303,12 @@ static tpu_status_t run_rows(const rows_loop_t *l, int64_t r0, int64_t nr, int64
   if (f->has_post) {
     tpu_buf_t o = split ? rows_of(l->out, rows, r0, nr) : *l->out;
     for (int i = 0; i < f->num_post_in; i++) wins[i] = rows_of(&in[f->post_in + i], rows, r0, nr);
-    TPU_RETURN_IF_ERROR(run_program(f->post, &o, wins, f->num_post_in, &o, pool));
+    TPU_RETURN_IF_ERROR(run_program(f->post, &o, wins, f->num_post_in, &o, NULL, pool));
   }
   if (f->has_tail) {
     tpu_buf_t t = rows_of(&l->tail, rows, r0, nr);
     for (int i = 0; i < f->num_tail_in; i++) wins[i] = CHUNK_OF(f->tail_in + i);
-    TPU_RETURN_IF_ERROR(run_program(f->tail, NULL, wins, f->num_tail_in, &t, pool));
+    TPU_RETURN_IF_ERROR(run_program(f->tail, NULL, wins, f->num_tail_in, &t, NULL, pool));
   }
 #undef CHUNK_OF
   return TPU_OK;
@@ -363,7 +365,15 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
                               tpu_pool_t *pool) {
   const fused_t *f = s->fused;
   const tpu_attrs_t *a = &s->attrs;
-  if (!f->has_head) return run_program(f->post, NULL, in + f->post_in, f->num_post_in, out, pool);
+  if (!f->has_head) { /* a chain: its program, and the stores of a multi-output fusion */
+    tpu_buf_t extra[TPU_EW_PROGRAM_MAX_STORES];
+    const tpu_buf_t *xs[TPU_EW_PROGRAM_MAX_STORES];
+    for (int j = 0; j < f->num_stores && j < TPU_EW_PROGRAM_MAX_STORES; j++) {
+      extra[j] = resolve(&f->store_out[j], inputs, outputs, scratch);
+      xs[j] = &extra[j];
+    }
+    return run_program(f->post, NULL, in + f->post_in, f->num_post_in, out, xs, pool);
+  }
   /* the head's result: out itself, or out's (dense) bytes with the head's dims when the
    * epilogue reads a reshape of it */
   tpu_buf_t head_out = *out;
@@ -398,7 +408,7 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
                             tpu_op_name(s->op));
   }
   if (!f->has_post) return TPU_OK;
-  return run_program(f->post, out, in + f->post_in, f->num_post_in, out, pool);
+  return run_program(f->post, out, in + f->post_in, f->num_post_in, out, NULL, pool);
 }
 
 tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *outputs,

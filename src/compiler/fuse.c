@@ -134,6 +134,30 @@ typedef struct plan_scratch {
   bool *is_out;
 } plan_scratch_t;
 
+/* The distinct non-constant values a plain group's members read from outside it once |v|
+ * (|node|) joins: |gr|'s set without v, plus v's operands, into |set| (which may be
+ * gr->ext: the set is filtered in place, then grown). The count, or -1 when it does not
+ * fit FUSE_EXT_CAP (then only the upper bound post_ext is known). */
+static int ext_after(const tpu_graph_t *g, const fuse_group_t *gr, const tpu_node_t *node,
+                     tpu_value_t v, tpu_value_t *set) {
+  if (gr->num_ext < 0) return -1;
+  int k = 0;
+  for (int i = 0; i < gr->num_ext; i++) {
+    if (gr->ext[i] != v) set[k++] = gr->ext[i];
+  }
+  for (int i = 0; i < node->num_operands; i++) {
+    tpu_value_t u = node->operands[i];
+    float f;
+    if (const_f32(g, u, &f)) continue;
+    int j = 0;
+    while (j < k && set[j] != u) j++;
+    if (j < k) continue;
+    if (k == FUSE_EXT_CAP) return -1;
+    set[k++] = u;
+  }
+  return k;
+}
+
 static int new_group(fuse_plan_t *p, tpu_value_t v, tpu_value_t head) {
   int gi = p->num_groups++;
   fuse_group_t *gr = &p->groups[gi];
@@ -144,6 +168,7 @@ static int new_group(fuse_plan_t *p, tpu_value_t v, tpu_value_t head) {
   gr->reshape = TPU_NO_VALUE;
   gr->fused = -1;
   gr->side = gr->tail = gr->attached = -1;
+  gr->num_ext = -1; /* set by the caller for a plain group */
   return gi;
 }
 
@@ -166,6 +191,7 @@ static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s)
         role = ROLE_POST;
         gr->num_post++;
         gr->post_ext += ext - s->uses[v];
+        gr->num_ext = ext_after(g, gr, node, v, gr->ext);
       } else if (ew && pre_users && gr->head != TPU_NO_VALUE &&
                  prologue_ok(g, tpu_graph_node(g, gr->head)) &&
                  tpu_shape_equal(&node->shape,
@@ -186,6 +212,7 @@ static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s)
                  gr->post_ext + 1 - s->uses[v] <= TPU_EW_PROGRAM_MAX_INPUTS) {
         gi = ug;
         role = ROLE_HEAD;
+        gr->num_ext = -1; /* the head reads its own operands */
         gr->head = v;
         gr->head_out = gr->reshape != TPU_NO_VALUE ? gr->reshape : v;
         gr->post_ext += 1 - s->uses[v];
@@ -203,6 +230,7 @@ static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s)
           gr->post_ext + 1 - s->uses[v] <= TPU_EW_PROGRAM_MAX_INPUTS) {
         gi = ug;
         role = ROLE_RESHAPE;
+        gr->num_ext = -1;
         gr->reshape = v;
         gr->post_ext += 1 - s->uses[v];
       }
@@ -210,8 +238,11 @@ static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s)
     if (gi < 0 && ew && f32ish(node->dtype)) {
       gi = new_group(p, v, TPU_NO_VALUE);
       role = ROLE_POST;
-      p->groups[gi].num_post = 1;
-      p->groups[gi].post_ext = nonconst_operands(g, node);
+      fuse_group_t *gr = &p->groups[gi];
+      gr->num_post = 1;
+      gr->post_ext = nonconst_operands(g, node);
+      gr->num_ext = 0; /* an empty set, then the root's operands */
+      gr->num_ext = ext_after(g, gr, node, v, gr->ext);
     } else if (gi < 0 && head) {
       gi = new_group(p, v, v);
       role = ROLE_HEAD;
@@ -228,6 +259,86 @@ static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s)
       else if (s->user_group[u] != gi) s->user_group[u] = -2;
       s->user_role[u] |= (role == ROLE_POST || role == ROLE_RESHAPE) ? 1 : 2;
     }
+  }
+}
+
+/* ---- multi-output fusion -------------------------------------------------------------- */
+
+static bool plain_group(const fuse_group_t *gr) {
+  return gr->head == TPU_NO_VALUE && gr->reshape == TPU_NO_VALUE && gr->num_ext >= 0;
+}
+
+static int find_group(int *into, int gi) {
+  while (into[gi] != gi) {
+    into[gi] = into[into[gi]];
+    gi = into[gi];
+  }
+  return gi;
+}
+
+/* The outside inputs of plain group |gr| merged with the plain group |h| whose root |u| it
+ * reads, into |set|: their count, or -1 when the merged program's members, inputs and
+ * stores do not fit. */
+static int merged_inputs(const fuse_group_t *gr, const fuse_group_t *h, tpu_value_t u,
+                         tpu_value_t *set) {
+  if (gr->num_post + h->num_post > FUSE_MAX_MEMBERS ||
+      gr->num_stores + h->num_stores + 1 > TPU_EW_PROGRAM_MAX_STORES) {
+    return -1;
+  }
+  int k = 0;
+  for (int i = 0; i < gr->num_ext; i++) {
+    if (gr->ext[i] != u) set[k++] = gr->ext[i];
+  }
+  for (int i = 0; i < h->num_ext; i++) {
+    int j = 0;
+    while (j < k && set[j] != h->ext[i]) j++;
+    if (j < k) continue;
+    if (k == FUSE_EXT_CAP) return -1;
+    set[k++] = h->ext[i];
+  }
+  int stores = gr->num_stores + h->num_stores + 1;
+  return k + stores <= TPU_EW_PROGRAM_MAX_INPUTS ? k : -1;
+}
+
+/* Multi-output fusion: a plain elementwise group whose root is a graph output read only by
+ * another plain group of its shape joins that group, the root becoming one of the step's
+ * stores (AdamW: the new moments join the parameter's update, one pass over the four
+ * tensors instead of three passes). Run after the sweep, which keeps outputs out of
+ * groups; merges go through |into| (n entries) and reach group_of in one pass. */
+static void merge_stores(const tpu_graph_t *g, fuse_plan_t *p, const plan_scratch_t *s,
+                         int *into) {
+  for (int gi = 0; gi < p->num_groups; gi++) into[gi] = gi;
+  for (int gi = 0; gi < p->num_groups; gi++) {
+    fuse_group_t *gr = &p->groups[gi];
+    if (into[gi] != gi || !plain_group(gr)) continue;
+    const tpu_node_t *root = tpu_graph_node(g, gr->root);
+    for (int i = 0; i < gr->num_ext;) {
+      tpu_value_t u = gr->ext[i];
+      int hi = p->group_of[u] >= 0 ? find_group(into, p->group_of[u]) : -1;
+      int ug = s->user_group[u] >= 0 ? find_group(into, s->user_group[u]) : -1;
+      fuse_group_t *h = hi >= 0 ? &p->groups[hi] : NULL;
+      tpu_value_t set[FUSE_EXT_CAP];
+      int k = -1;
+      if (h && hi != gi && ug == gi && h->root == u && s->is_out[u] && plain_group(h) &&
+          tpu_shape_equal(&tpu_graph_node(g, u)->shape, &root->shape)) {
+        k = merged_inputs(gr, h, u, set);
+      }
+      if (k < 0) {
+        i++;
+        continue;
+      }
+      into[hi] = gi;
+      gr->num_post += h->num_post;
+      gr->num_stores += h->num_stores + 1;
+      gr->post_ext = k;
+      gr->num_ext = k;
+      memcpy(gr->ext, set, sizeof set[0] * (size_t)k);
+      p->stored[u] = true;
+      i = 0; /* the merged group's own inputs may be roots of more groups */
+    }
+  }
+  for (int v = 0; v < p->n; v++) {
+    if (p->group_of[v] >= 0) p->group_of[v] = find_group(into, p->group_of[v]);
   }
 }
 
@@ -361,6 +472,9 @@ static bool build_program(prog_build_t *b, const int *mem, int count) {
   /* pass B: instructions */
   tpu_value_t result = count ? mem[count - 1] : TPU_NO_VALUE;
   if (result != TPU_NO_VALUE) b->cnt[result]++; /* pinned: stored at the end */
+  for (int k = 0; k < count - 1; k++) {
+    if (b->p->stored[mem[k]]) b->cnt[mem[k]]++; /* pinned too: a store */
+  }
   for (int k = 0; k < count && ok; k++) {
     tpu_value_t m = mem[k];
     const tpu_node_t *node = tpu_graph_node(g, m);
@@ -415,6 +529,14 @@ static bool build_program(prog_build_t *b, const int *mem, int count) {
     b->reg_uses[dst] = b->cnt[m];
   }
   if (ok && result != TPU_NO_VALUE) p->result = b->reg_of[result];
+  for (int k = 0; ok && k < count - 1; k++) {
+    if (!b->p->stored[mem[k]]) continue;
+    int r = b->reg_of[mem[k]];
+    /* a store is an instruction's register, and takes an operand slot like an input */
+    ok = r >= first_temp && p->num_stores < TPU_EW_PROGRAM_MAX_STORES &&
+         p->num_inputs + p->num_stores < TPU_EW_PROGRAM_MAX_INPUTS;
+    if (ok) p->stores[p->num_stores++] = (int8_t)r;
+  }
   /* clean the scratch */
   for (int k = 0; k < count; k++) {
     const tpu_node_t *node = tpu_graph_node(g, mem[k]);
@@ -488,6 +610,9 @@ static bool build_group(const tpu_graph_t *g, fuse_plan_t *p, int gi, int *reg_o
     f->post_in = st->num_inputs;
     f->num_post_in = b.num_ext;
     for (int i = 0; i < b.num_ext; i++) st->inputs[st->num_inputs++] = b.ext[i];
+    for (int i = 0; i < k - 1; i++) {
+      if (p->stored[tmp[i]]) st->stores[st->num_stores++] = tmp[i]; /* the program's order */
+    }
   }
   f->num_ops = gr->count;
   st->group = gi;
@@ -542,7 +667,7 @@ static bool host_ok(const tpu_graph_t *g, const fuse_plan_t *p, int gi) {
 static bool guest_ok(const fuse_plan_t *p, int gi) {
   const fuse_group_t *gr = &p->groups[gi];
   return gr->head == TPU_NO_VALUE && gr->attached < 0 && gr->side < 0 && gr->tail < 0 &&
-         (gr->fused >= 0 || gr->count == 1);
+         gr->num_stores == 0 && (gr->fused >= 0 || gr->count == 1);
 }
 
 /* The step inputs of a plain group (its program's inputs, or its one node's operands). */
@@ -747,6 +872,7 @@ void tpu_fuse_plan_free(fuse_plan_t *plan, tpu_allocator_t host) {
   tpu_allocator_free(host, plan->members);
   tpu_allocator_free(host, plan->fused);
   tpu_allocator_free(host, plan->needed);
+  tpu_allocator_free(host, plan->stored);
   tpu_allocator_free(host, plan->progs);
   memset(plan, 0, sizeof *plan);
 }
@@ -764,6 +890,10 @@ bool tpu_fuse_internal(const fuse_plan_t *plan, tpu_value_t v) {
   int gi = plan->group_of ? plan->group_of[v] : -1;
   return gi >= 0 && (plan->groups[gi].fused >= 0 || plan->groups[gi].attached >= 0) &&
          plan->groups[gi].root != v;
+}
+
+bool tpu_fuse_stored(const fuse_plan_t *plan, tpu_value_t v) {
+  return plan->stored && plan->stored[v] && tpu_fuse_internal(plan, v);
 }
 
 bool tpu_fuse_elsewhere(const fuse_plan_t *plan, tpu_value_t v) {
@@ -795,6 +925,7 @@ tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t h
   memset(&a, 0, sizeof a);
   int *reg_of = NULL, *cnt = NULL, *tmp = NULL, *fill = NULL;
   ALLOC(plan->group_of, n);
+  ALLOC(plan->stored, n);
   ALLOC(plan->role, n);
   ALLOC(plan->groups, n);
   ALLOC(plan->members, n);
@@ -824,6 +955,7 @@ tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t h
         gr->reshape = TPU_NO_VALUE;
       }
     }
+    merge_stores(g, plan, &s, tmp);
     /* members of each group in node order (a counting sort) */
     for (int v = 0; v < n; v++) {
       if (plan->group_of[v] >= 0) plan->groups[plan->group_of[v]].count++;

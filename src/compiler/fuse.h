@@ -8,8 +8,11 @@
  *     elementwise chain that computes the reduced operand (softmax's exp(x - max), layer
  *     norm's (x - mean)^2), computed chunk by chunk and never written whole.
  * A node joins its users' group only if every user is in that group and it is not an
- * output, so a fused group has one result (its root, the last node) and no intermediate
- * value is needed outside it. Groups are found in one backward sweep: linear time.
+ * output, so a group has one result (its root, the last node) and no intermediate value
+ * is needed outside it. Groups are found in one backward sweep: linear time. Then
+ * multi-output fusion merges a plain elementwise group whose root is an output read only
+ * by another plain group of its shape into that group, as one of its stores: the step
+ * writes the value to its output too (AdamW's new moments and parameter in one pass).
  * Then row-wise fusion attaches to a REDUCE group the elementwise group computing its
  * operand (side) and one reading its result broadcast over the rows (tail), so softmax and
  * layer norm run in two kernels, row chunk by row chunk.
@@ -21,6 +24,7 @@
 
 #define FUSE_MAX_HEAD_IN 2
 #define FUSE_MAX_INPUTS (FUSE_MAX_HEAD_IN + 4 * TPU_EW_PROGRAM_MAX_INPUTS)
+#define FUSE_EXT_CAP 12 /* outside inputs a plain group tracks exactly */
 
 typedef struct fuse_group {
   tpu_value_t root;        /* the last node: the group's value, the step's position */
@@ -33,6 +37,9 @@ typedef struct fuse_group {
   int fused;               /* index into plan->fused, or -1: runs unfused */
   int side, tail;          /* groups run inside this one's step (row-wise fusion), or -1 */
   int attached;            /* the group whose step runs this one, or -1 */
+  int num_stores;          /* members that are outputs (POST, no head), stored by the step */
+  int num_ext;             /* a plain group: its distinct outside inputs, or -1 (unknown) */
+  tpu_value_t ext[FUSE_EXT_CAP];
 } fuse_group_t;
 
 enum { FUSE_PRE, FUSE_POST, FUSE_SIDE, FUSE_TAIL };
@@ -45,6 +52,8 @@ typedef struct fuse_step {
   tpu_value_t inputs[FUSE_MAX_INPUTS];   /* the step's input values, in fused_t's order */
   tpu_value_t side_root, tail_root;      /* values the step also writes, or TPU_NO_VALUE */
   bool side_private;                     /* only this step reads side_root */
+  int num_stores;                        /* the post program's stores: */
+  tpu_value_t stores[TPU_EW_PROGRAM_MAX_STORES]; /* values also written (node order) */
 } fuse_step_t;
 
 typedef struct fuse_plan {
@@ -61,6 +70,7 @@ typedef struct fuse_plan {
   tpu_allocator_t host;
   tpu_status_t status;     /* first allocation failure while building programs */
   bool *needed;            /* (n) the value is read by a step or is an output */
+  bool *stored;            /* (n) an output computed inside a group (one of its stores) */
 } fuse_plan_t;
 
 /* Plans fusion for |g| (fusion on: every node; |enabled| false: no groups, every node
@@ -71,8 +81,11 @@ void tpu_fuse_plan_free(fuse_plan_t *plan, tpu_allocator_t host);
 
 /* The fused step whose root is |v|, or NULL. */
 const fuse_step_t *tpu_fuse_step_at(const fuse_plan_t *plan, tpu_value_t v);
-/* Whether |v| is computed inside a fused step (and has no value of its own). */
+/* Whether |v| is computed inside a fused step (and has no value of its own, unless the
+ * step stores it: tpu_fuse_stored). */
 bool tpu_fuse_internal(const fuse_plan_t *plan, tpu_value_t v);
+/* Whether |v| is computed inside a fused step that also writes it (a store). */
+bool tpu_fuse_stored(const fuse_plan_t *plan, tpu_value_t v);
 /* Whether |v| is computed by another group's step (internal, or an attached group's
  * root, whose value the host step writes). */
 bool tpu_fuse_elsewhere(const fuse_plan_t *plan, tpu_value_t v);

@@ -10,6 +10,10 @@
  *     rows per word ((16,128)), int8 four ((32,128)); second-minor of 1-2 -> 2 rows,
  *     3-4 -> 4 rows (compact 2nd-minor format); PRED takes 4 bytes per element;
  *   section 4 [AMB] (derived): ~1.5 us floor per kernel (TPU_COST_KERNEL_OVERHEAD_S).
+ * Fusion follows XLA's: elementwise chains, output fusion of a matmul or reduction into its
+ * one elementwise reader, and multi-output fusion (an XLA fusion may have several outputs,
+ * openxla/xla#17217): an elementwise graph output whose one reader is an elementwise op of
+ * its shape is computed by that reader's kernel and written from it, no kernel of its own.
  * Peak FLOP/s and HBM bandwidth come from the chip table (src/vtpu/chip_specs.c), which
  * cites its sources per value.
  */
@@ -178,6 +182,7 @@ typedef struct cost_scratch {
   bool *output;        /* node is a graph output */
   bool *mat;           /* node's value is in HBM (kernel root or parameter) */
   bool *live;          /* node reaches a graph output (dead nodes cost nothing) */
+  bool *store;         /* an output its reader's kernel computes and writes (multi-output) */
   int *mark;           /* kernel id that last visited the node */
   double *read;        /* bytes the current kernel reads of a materialized node */
   int *stack;
@@ -237,7 +242,14 @@ static void add_kernel(const tpu_graph_t *g, const tpu_chip_spec_t *spec, cost_s
     for (int i = 0; i < node->num_operands; i++) {
       int u = node->operands[i];
       const tpu_node_t *un = tpu_graph_node(g, u);
-      if (s->mat[u]) {
+      if (s->store[u] && s->mark[u] != root) { /* computed here, and written from here */
+        s->mark[u] = root;
+        s->stack[sp++] = u;
+        bytes += tpu_cost_padded_bytes(un->dtype, &un->shape);
+        raw += unpadded_bytes(un);
+      } else if (s->store[u]) {
+        continue;
+      } else if (s->mat[u]) {
         double r = edge_read(un, node, i);
         if (s->mark[u] != root) {
           s->mark[u] = root;
@@ -288,8 +300,8 @@ tpu_status_t tpu_cost_graph(const tpu_graph_t *g, const tpu_chip_spec_t *spec, t
   tpu_allocator_t host = tpu_allocator_system();
   cost_scratch_t s = {.n = n};
   void *mem = NULL;
-  /* one block: 4 int arrays, 3 bool arrays, 1 double array, each n long */
-  size_t per = 4 * sizeof(int) + 3 * sizeof(bool) + sizeof(double), total;
+  /* one block: 4 int arrays, 4 bool arrays, 1 double array, each n long */
+  size_t per = 4 * sizeof(int) + 4 * sizeof(bool) + sizeof(double), total;
   if (!tpu_size_mul((size_t)n, per, &total) || !tpu_size_add(total, 64, &total)) {
     return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "tpu_cost_graph: graph too large");
   }
@@ -305,6 +317,7 @@ tpu_status_t tpu_cost_graph(const tpu_graph_t *g, const tpu_chip_spec_t *spec, t
   s.output = bools;
   s.mat = bools + n;
   s.live = bools + 2 * n;
+  s.store = bools + 3 * n;
 
   /* liveness: operands precede their users, so one backward sweep from the outputs (a
    * fused eager graph holds values that died before the flush; they are never computed) */
@@ -338,10 +351,14 @@ tpu_status_t tpu_cost_graph(const tpu_graph_t *g, const tpu_chip_spec_t *spec, t
       heavy = false;
     }
     s.mat[v] = node->op == TPU_OP_PARAMETER || s.output[v] || heavy;
+    if (s.output[v] && !heavy && is_elementwise(node->op) && s.users[v] == 1) {
+      const tpu_node_t *reader = tpu_graph_node(g, s.first_user[v]);
+      s.store[v] = is_elementwise(reader->op) && tpu_shape_equal(&reader->shape, &node->shape);
+    }
   }
   for (int v = 0; v < n; v++) {
     /* kernel roots; a parameter that is also an output is copied (one copy kernel) */
-    if (s.mat[v] && (tpu_graph_node(g, v)->op != TPU_OP_PARAMETER || s.output[v])) {
+    if (s.mat[v] && !s.store[v] && (tpu_graph_node(g, v)->op != TPU_OP_PARAMETER || s.output[v])) {
       add_kernel(g, spec, &s, v, out);
     }
   }

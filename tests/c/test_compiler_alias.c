@@ -311,6 +311,51 @@ TEST(adamw_updates_three_tensors_in_place) {
   tpu_graph_destroy(g);
 }
 
+/* AdamW as torch.compile hands it over (capturable, float hyperparameters): params (p, m,
+ * v, g, step_size, bias_correction2_sqrt); outputs p, m, v over params 0, 1, 2. */
+static tpu_graph_t *adamw_constants(void) {
+  tpu_graph_t *g = ir_graph();
+  tpu_shape_t s = SHAPE(ROWS, COLS);
+  tpu_value_t p = ir_param(g, TPU_F32, s), m = ir_param(g, TPU_F32, s);
+  tpu_value_t v = ir_param(g, TPU_F32, s), gr = ir_param(g, TPU_F32, s);
+  tpu_value_t step_size = scalar_param(g, s), bc2 = scalar_param(g, s);
+  p = bin(g, TPU_OP_MUL, p, splat(g, 0.99999, s));
+  m = bin(g, TPU_OP_ADD, m, bin(g, TPU_OP_MUL, bin(g, TPU_OP_SUB, gr, m), splat(g, 0.1, s)));
+  v = bin(g, TPU_OP_ADD, bin(g, TPU_OP_MUL, v, splat(g, 0.999, s)),
+          bin(g, TPU_OP_MUL, bin(g, TPU_OP_MUL, gr, gr), splat(g, 0.001, s)));
+  tpu_value_t den = bin(g, TPU_OP_ADD, bin(g, TPU_OP_DIV, tpu_graph_unary(g, TPU_OP_SQRT, v), bc2),
+                        splat(g, 1e-8, s));
+  p = bin(g, TPU_OP_ADD, p, bin(g, TPU_OP_MUL, bin(g, TPU_OP_DIV, m, den), step_size));
+  CHECK_OK(tpu_graph_output(g, p, NULL));
+  CHECK_OK(tpu_graph_output(g, m, NULL));
+  CHECK_OK(tpu_graph_output(g, v, NULL));
+  return g;
+}
+
+TEST(adamw_moments_are_stores_of_the_update) {
+  /* the new moments are outputs read only by the parameter's update: one kernel writes all
+   * three in place, each block read before its stores (multi-output fusion, fuse.c) */
+  tpu_graph_t *g = adamw_constants();
+  const int32_t alias[3] = {0, 1, 2};
+  tpu_executable_t *coarse = cu_compile_aliased(g, NULL, 0, 7, 0);
+  tpu_executable_t *exact = cu_compile_aliased(g, alias, 3, 0, 0);
+  tpu_executable_t *unfused = cu_compile_aliased(g, alias, 3, 0, TPU_PASS_ALL);
+  if (coarse && exact && unfused) {
+    char *text = NULL;
+    CHECK_OK(tpu_executable_describe(exact, tpu_allocator_system(), &text, NULL));
+    printf("  AdamW, float hyperparameters, exact aliases:\n%s", text);
+    CHECK(tpu_executable_num_kernels(exact) == 1);
+    CHECK_CONTAINS(text, "-> output 0, store f32[1030,257] -> output 1, store f32[1030,257] -> output 2");
+    tpu_allocator_free(tpu_allocator_system(), text);
+    /* outputs that may alias the inputs: the stores go to scratch, then copies */
+    CHECK(tpu_executable_num_kernels(coarse) == 4);
+    CHECK(num_copies(coarse) == 3);
+    CHECK(tpu_executable_num_kernels(unfused) > 3);
+  }
+  check_and_release(g, alias, coarse, exact, unfused);
+  tpu_graph_destroy(g);
+}
+
 TEST(unchanged_parameter_needs_no_step) {
   tpu_graph_t *g = ir_graph();
   tpu_shape_t s = SHAPE(ROWS, COLS);
@@ -405,6 +450,7 @@ int main(void) {
   RUN(swapped_and_transposed_parameters_are_staged);
   RUN(reads_elsewhere_than_the_written_elements_copy);
   RUN(adamw_updates_three_tensors_in_place);
+  RUN(adamw_moments_are_stores_of_the_update);
   RUN(unchanged_parameter_needs_no_step);
   RUN(many_outputs_say_disjoint_or_overlap);
   RUN(refused_claims_copy);

@@ -237,27 +237,56 @@ TEST(compare_select_clamp_convert_fuse) {
   tpu_graph_destroy(g);
 }
 
-TEST(values_used_outside_stay_materialized) {
-  /* t = exp(x) is an output and feeds the chain: it is computed once, then read */
+/* u = log1p(t * x) over t = exp(x), x f32[10,10]; outputs u (0) and t (1). */
+static tpu_graph_t *exp_chain(tpu_value_t *t_out) {
   tpu_graph_t *g = ir_graph();
-  tpu_shape_t s = SHAPE(10, 10);
-  tpu_value_t x = ir_param(g, TPU_F32, s);
+  tpu_value_t x = ir_param(g, TPU_F32, SHAPE(10, 10));
   tpu_value_t t = tpu_graph_unary(g, TPU_OP_EXP, x);
   tpu_value_t u = tpu_graph_unary(g, TPU_OP_LOG1P, tpu_graph_binary(g, TPU_OP_MUL, t, x));
   CHECK_OK(tpu_graph_output(g, u, NULL));
   CHECK_OK(tpu_graph_output(g, t, NULL));
+  *t_out = t;
+  return g;
+}
+
+TEST(outputs_feeding_a_chain_are_its_stores) {
+  /* t = exp(x) is an output read only by the chain u = log1p(t * x): one kernel computes
+   * both and writes t to its output too (multi-output fusion) */
+  tpu_value_t t;
+  tpu_graph_t *g = exp_chain(&t);
+  tpu_value_t u = tpu_graph_output_value(g, 0);
   int64_t st[2] = {1, 10};
   CHECK_OK(tpu_graph_output(g, u, st)); /* the same value again, transposed layout */
   tpu_executable_t *on = cu_compile(g, 0);
   if (on) {
     char *txt = describe(on);
-    CHECK(tpu_executable_num_kernels(on) == 3);
-    CHECK_CONTAINS(txt, "0: EXP f32[10,10] -> output 1");
-    CHECK_CONTAINS(txt, "1: FUSED(MUL,LOG1P) f32[10,10] -> output 0");
-    CHECK_CONTAINS(txt, "2: COPY f32[10,10] -> output 2");
+    CHECK(tpu_executable_num_kernels(on) == 2);
+    CHECK_CONTAINS(txt, "0: FUSED(EXP,MUL,LOG1P) f32[10,10] -> output 0, store f32[10,10] -> output 1");
+    CHECK_CONTAINS(txt, "1: COPY f32[10,10] -> output 2");
     free_text(txt);
   }
   tpu_executable_release(on);
+  CHECK(cu_optimized_vs_plain(g, g_pool) == 0);
+  tpu_graph_destroy(g);
+}
+
+TEST(values_used_outside_stay_materialized) {
+  /* t = exp(x) is an output, feeds the chain and a reduction: computed once, then read */
+  tpu_value_t t;
+  tpu_graph_t *g = exp_chain(&t);
+  bool cols[2] = {false, true};
+  CHECK_OK(tpu_graph_output(g, tpu_graph_reduce(g, TPU_REDUCE_MAX, t, cols), NULL));
+  tpu_executable_t *on = cu_compile(g, 0);
+  if (on) {
+    char *txt = describe(on);
+    CHECK(tpu_executable_num_kernels(on) == 3);
+    CHECK_CONTAINS(txt, "0: EXP f32[10,10] -> output 1");
+    CHECK_CONTAINS(txt, "FUSED(MUL,LOG1P) f32[10,10] -> output 0");
+    CHECK(strstr(txt, "store") == NULL);
+    free_text(txt);
+  }
+  tpu_executable_release(on);
+  CHECK(cu_optimized_vs_plain(g, g_pool) == 0);
   tpu_graph_destroy(g);
 }
 
@@ -551,6 +580,7 @@ int main(void) {
   RUN(rowwise_loops_shared_with_helpers_keep_their_bits);
   RUN(matmul_with_epilogue_is_one_step);
   RUN(compare_select_clamp_convert_fuse);
+  RUN(outputs_feeding_a_chain_are_its_stores);
   RUN(values_used_outside_stay_materialized);
   RUN(random_elementwise_graphs_match_unfused_bitwise);
   RUN(random_rowwise_graphs_match_unfused_bitwise);

@@ -177,6 +177,38 @@ TEST(fusion_into_kernels) {
   tpu_graph_destroy(g);
 }
 
+TEST(multi_output_fusion) {
+  /* m' = m * 0.9 + g (an output) read only by p' = p - m' (an output): one kernel reads p,
+   * m, g and writes m' and p' (XLA's multi-output fusion); m' read by a reduction too
+   * stays its own kernel */
+  for (int reduced = 0; reduced < 2; reduced++) {
+    tpu_graph_t *g = ir_graph();
+    tpu_shape_t s = SHAPE(256, 256);
+    tpu_value_t p = ir_param(g, TPU_F32, s), m = ir_param(g, TPU_F32, s);
+    tpu_value_t gr = ir_param(g, TPU_F32, s);
+    int64_t none[1] = {0};
+    tpu_shape_t sc = SCALAR;
+    tpu_value_t k = tpu_graph_broadcast_in_dim(g, tpu_graph_constant(g, TPU_F32, &sc, 0.9), &s, none);
+    tpu_value_t m2 = tpu_graph_binary(g, TPU_OP_ADD, tpu_graph_binary(g, TPU_OP_MUL, m, k), gr);
+    tpu_value_t p2 = tpu_graph_binary(g, TPU_OP_SUB, p, m2);
+    tpu_graph_output(g, p2, NULL);
+    tpu_graph_output(g, m2, NULL);
+    bool red[TPU_MAX_RANK] = {true, true};
+    if (reduced) tpu_graph_output(g, tpu_graph_reduce(g, TPU_REDUCE_SUM, m2, red), NULL);
+    tpu_cost_t c;
+    CHECK_OK(tpu_cost_graph(g, chip(TPU_CHIP_V5E), &c));
+    double tile = 256.0 * 256 * 4;
+    if (!reduced) {
+      CHECK(c.kernels == 1);
+      CHECK(near(c.bytes, 5 * tile)); /* p, m, g in; p', m' out */
+      CHECK(near(c.vpu_flops, 3.0 * 256 * 256));
+    } else {
+      CHECK(c.kernels == 3); /* m'; p' reading it; the sum reading it */
+    }
+    tpu_graph_destroy(g);
+  }
+}
+
 TEST(an_input_returned_as_output_is_a_copy) {
   /* a same-dtype host-to-device copy_ graph: parameter -> output */
   tpu_graph_t *g = ir_graph();
@@ -273,6 +305,7 @@ int main(void) {
   RUN(padded_bytes_tiles);
   RUN(mxu_tile_is_256_on_v6e);
   RUN(fusion_into_kernels);
+  RUN(multi_output_fusion);
   RUN(an_input_returned_as_output_is_a_copy);
   RUN(accounting_advances_every_generation);
   RUN(bad_graph_fails);

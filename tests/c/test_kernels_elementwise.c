@@ -1240,6 +1240,97 @@ TEST(ew_program_fuses_chains) {
   free(hu);
 }
 
+/* t = x * y (stored), result t * 0.5 + x: the unfused chain, into t_ref and o_ref. */
+static void stores_chain(tpu_buf_t *x, tpu_buf_t *y, tpu_buf_t *t_ref, tpu_buf_t *o_ref) {
+  float half = 0.5f;
+  tpu_buf_t k = dense(&half, TPU_F32, 0, NULL);
+  CHECK_OK(tpu_kernel_binary(TPU_OP_MUL, x, y, t_ref, g_pool));
+  CHECK_OK(tpu_kernel_binary(TPU_OP_MUL, t_ref, &k, o_ref, g_pool));
+  CHECK_OK(tpu_kernel_binary(TPU_OP_ADD, o_ref, x, o_ref, g_pool));
+}
+
+TEST(ew_program_stores_extra_outputs) {
+  /* registers 0 x, 1 y, 2 the constant 0.5; r3 = x * y is stored, r4 = r3 * 0.5 + x */
+  static const tpu_ew_program_t prog = {
+      .num_inputs = 2, .num_consts = 1, .consts = {0.5f}, .num_instrs = 3,
+      .instrs = {{TPU_OP_MUL, 3, 0, 1}, {TPU_OP_MUL, 4, 3, 2}, {TPU_OP_ADD, 4, 4, 0}},
+      .result = 4, .num_stores = 1, .stores = {3}};
+  enum { R = 301, C = 333, N = R * C };
+  float *x = malloc(N * 4), *y = malloc(N * 4), *o = malloc(N * 4), *t = malloc(N * 4);
+  float *o_ref = malloc(N * 4), *t_ref = malloc(N * 4), *xc = malloc(N * 4);
+  uint16_t *th = malloc(N * 2), *th_ref = malloc(N * 2);
+  fill_random(x, TPU_F32, N, false);
+  fill_random(y, TPU_F32, N, false);
+  memcpy(xc, x, N * 4);
+  int64_t d[2] = {R, C};
+  tpu_buf_t bx = dense(x, TPU_F32, 2, d), by = dense(y, TPU_F32, 2, d);
+  tpu_buf_t bo = dense(o, TPU_F32, 2, d), bt = dense(t, TPU_F32, 2, d);
+  tpu_buf_t bor = dense(o_ref, TPU_F32, 2, d), btr = dense(t_ref, TPU_F32, 2, d);
+  stores_chain(&bx, &by, &btr, &bor);
+  const tpu_buf_t *ins[2] = {&bx, &by};
+  const tpu_buf_t *extra[1] = {&bt};
+  CHECK_OK(tpu_kernel_ew_program_stores(&prog, ins, &bo, extra, g_pool));
+  CHECK(count_diffs("stores: result", &bo, &bor, 0) == 0);
+  CHECK(count_diffs("stores: stored register", &bt, &btr, 0) == 0);
+  /* the store over its own input x (an in-place update), the result over y: each block
+   * is read whole before its stores */
+  memcpy(o, y, N * 4);
+  const tpu_buf_t *ins_io[2] = {&bx, &bo};
+  const tpu_buf_t *extra_io[1] = {&bx};
+  CHECK_OK(tpu_kernel_ew_program_stores(&prog, ins_io, &bo, extra_io, g_pool));
+  CHECK(count_diffs("stores in place: result", &bo, &bor, 0) == 0);
+  CHECK(count_diffs("stores in place: stored register", &bx, &btr, 0) == 0);
+  memcpy(x, xc, N * 4);
+  /* a bf16 store into a transposed buffer, with a row broadcast input (short rows too) */
+  int64_t ds[2] = {R, 12};
+  tpu_buf_t sx = dense(x, TPU_F32, 2, ds), sy = dense(y, TPU_F32, 2, ds);
+  sy.strides[0] = 0;
+  tpu_buf_t so = dense(o, TPU_F32, 2, ds), sor = dense(o_ref, TPU_F32, 2, ds);
+  tpu_buf_t sth = dense(th, TPU_BF16, 2, ds), stf = dense(t_ref, TPU_F32, 2, ds);
+  sth.strides[0] = 1;
+  sth.strides[1] = R;
+  tpu_buf_t sthr = dense(th_ref, TPU_BF16, 2, ds);
+  sthr.strides[0] = 1;
+  sthr.strides[1] = R;
+  stores_chain(&sx, &sy, &stf, &sor);
+  CHECK_OK(tpu_kernel_unary(TPU_OP_CONVERT, &stf, &sthr, g_pool));
+  const tpu_buf_t *sins[2] = {&sx, &sy};
+  const tpu_buf_t *sextra[1] = {&sth};
+  CHECK_OK(tpu_kernel_ew_program_stores(&prog, sins, &so, sextra, g_pool));
+  CHECK(count_diffs("short rows: result", &so, &sor, 0) == 0);
+  CHECK(count_diffs("short rows: bf16 store, transposed", &sth, &sthr, 0) == 0);
+  /* bad uses */
+  CHECK(tpu_kernel_ew_program(&prog, ins, &bo, g_pool) == TPU_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(tpu_status_message(), "needs its extra outputs");
+  CHECK(tpu_kernel_ew_program_stores(&prog, ins, &bo, NULL, g_pool) == TPU_ERR_INVALID_ARGUMENT);
+  tpu_buf_t wrong = dense(t, TPU_F32, 2, ds);
+  const tpu_buf_t *bad_extra[1] = {&wrong};
+  CHECK(tpu_kernel_ew_program_stores(&prog, ins, &bo, bad_extra, g_pool) ==
+        TPU_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(tpu_status_message(), "extra output 0");
+  tpu_buf_t bcast = bt;
+  bcast.strides[0] = 0;
+  bad_extra[0] = &bcast;
+  CHECK(tpu_kernel_ew_program_stores(&prog, ins, &bo, bad_extra, g_pool) ==
+        TPU_ERR_INVALID_ARGUMENT);
+  tpu_ew_program_t bad = prog;
+  bad.stores[0] = 0; /* an input register */
+  CHECK(tpu_kernel_ew_program_stores(&bad, ins, &bo, extra, g_pool) == TPU_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(tpu_status_message(), "store 0 reads register 0");
+  bad = prog;
+  bad.num_stores = TPU_EW_PROGRAM_MAX_INPUTS; /* no operand slots left */
+  CHECK(tpu_kernel_ew_program_stores(&bad, ins, &bo, extra, g_pool) == TPU_ERR_INVALID_ARGUMENT);
+  free(x);
+  free(y);
+  free(o);
+  free(t);
+  free(o_ref);
+  free(t_ref);
+  free(xc);
+  free(th);
+  free(th_ref);
+}
+
 TEST(bad_arguments_name_the_kernel) {
   float x[4] = {0}, y[6] = {0};
   tpu_buf_t b4 = vec1(x, TPU_F32, 4), b6 = vec1(y, TPU_F32, 6);
@@ -1302,6 +1393,7 @@ int main(void) {
   RUN(copy_transpose_reverse_broadcast);
   RUN(fill_and_iota);
   RUN(ew_program_fuses_chains);
+  RUN(ew_program_stores_extra_outputs);
   RUN(large_outputs_stream);
   RUN(bad_arguments_name_the_kernel);
   tpu_pool_destroy(g_pool);

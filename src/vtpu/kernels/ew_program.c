@@ -7,7 +7,9 @@
  * last instruction writes a contiguous f32 output directly). Short rows (softmax and layer
  * norm rows of 32 or 64, operands broadcast along them) are packed several to a block, so
  * an instruction's dispatch is paid per block, not per row; long rows go block by block.
- * A register that only ever depends on broadcast values holds one value (step 0).
+ * A register that only ever depends on broadcast values holds one value (step 0). A
+ * program's stores (multi-output fusion) write their registers once the block's
+ * instructions are done, so an extra output may overwrite an input it replaces.
  */
 #include "vtpu/kernels/ew_program.h"
 
@@ -24,6 +26,7 @@ typedef struct program_ctx {
   tpu_dtype_t in_dt[TPU_EW_PROGRAM_MAX_INPUTS], out_dt;
   int last; /* the final instruction, if it writes the result (else -1) */
   bool stream; /* the final instruction writes out with non-temporal stores */
+  tpu_dtype_t store_dt[TPU_EW_PROGRAM_MAX_STORES]; /* extra outputs: operands after the inputs */
 } program_ctx;
 
 /* The instructions the vector compute functions do not cover (see ew_program.h). */
@@ -139,8 +142,26 @@ static void program_row(const program_ctx *c, char *const *ptrs, const int64_t *
                c->stream);
     tpu_ew_store(c->v, TPU_CT_F32, val[p->result], step[p->result], ptrs[0] + i * strides[0],
                  strides[0], c->out_dt, m);
+    for (int j = 0; j < p->num_stores; j++) {
+      int k = 1 + p->num_inputs + j, r = p->stores[j];
+      tpu_ew_store(c->v, TPU_CT_F32, val[r], step[r], ptrs[k] + i * strides[k], strides[k],
+                   c->store_dt[j], m);
+    }
   }
   if (c->stream && out_direct) c->v->stream_fence();
+}
+
+/* Stores |g| rows of n values (vals, step 0: one value for all) at dst, rows |oo| bytes
+ * apart with byte stride |so| inside a row: one run when the rows follow each other. */
+static void store_rows(const program_ctx *c, const float *vals, int64_t step, char *dst,
+                       int64_t so, int64_t oo, tpu_dtype_t dt, int64_t g, int64_t n) {
+  if (oo == n * so) {
+    tpu_ew_store(c->v, TPU_CT_F32, vals, step, dst, so, dt, g * n);
+    return;
+  }
+  for (int64_t r = 0; r < g; r++) {
+    tpu_ew_store(c->v, TPU_CT_F32, vals + r * n * step, step, dst + r * oo, so, dt, n);
+  }
 }
 
 /* |rows| short rows of n elements (2 n <= PROGRAM_BLOCK), packed PROGRAM_BLOCK / n rows to
@@ -187,14 +208,11 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
     }
     char *dst = seg->ptrs[0] + r0 * oo;
     run_instrs(c, regs, val, step, m, out_direct ? (float *)(void *)dst : NULL, false);
-    const float *res = val[p->result];
-    const int64_t rs = step[p->result];
-    if (out_dense) {
-      tpu_ew_store(c->v, TPU_CT_F32, res, rs, dst, so, c->out_dt, m);
-    } else {
-      for (int64_t r = 0; r < g; r++) {
-        tpu_ew_store(c->v, TPU_CT_F32, res + r * n * rs, rs, dst + r * oo, so, c->out_dt, n);
-      }
+    store_rows(c, val[p->result], step[p->result], dst, so, oo, c->out_dt, g, n);
+    for (int j = 0; j < p->num_stores; j++) {
+      int k = 1 + p->num_inputs + j, r = p->stores[j];
+      store_rows(c, val[r], step[r], seg->ptrs[k] + r0 * seg->outer[k], seg->strides[k],
+                 seg->outer[k], c->store_dt[j], g, n);
     }
   }
 }
@@ -207,7 +225,9 @@ static void program_seg(void *arg, const tpu_ew_seg_t *seg) {
   }
   char *ptrs[TPU_EW_MAX_OPERANDS];
   for (int64_t r = 0; r < seg->rows; r++) {
-    for (int k = 0; k <= c->p->num_inputs; k++) ptrs[k] = seg->ptrs[k] + r * seg->outer[k];
+    for (int k = 0; k <= c->p->num_inputs + c->p->num_stores; k++) {
+      ptrs[k] = seg->ptrs[k] + r * seg->outer[k];
+    }
     program_row(c, ptrs, seg->strides, seg->n);
   }
 }
@@ -264,22 +284,81 @@ tpu_status_t tpu_ew_program_check(const tpu_ew_program_t *p) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, KERNEL ": result register %d is not set",
                           p->result);
   }
+  if (p->num_stores < 0 || p->num_stores > TPU_EW_PROGRAM_MAX_STORES ||
+      p->num_inputs + p->num_stores > TPU_EW_PROGRAM_MAX_INPUTS) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
+                          KERNEL ": %d stores with %d inputs (stores <= %d, inputs + stores "
+                          "<= %d)",
+                          p->num_stores, p->num_inputs, TPU_EW_PROGRAM_MAX_STORES,
+                          TPU_EW_PROGRAM_MAX_INPUTS);
+  }
+  for (int j = 0; j < p->num_stores; j++) {
+    int r = p->stores[j];
+    if (r < first_free || r >= TPU_EW_PROGRAM_MAX_REGS || !written[r]) {
+      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
+                            KERNEL ": store %d reads register %d, which no instruction sets", j,
+                            r);
+    }
+  }
+  return TPU_OK;
+}
+
+/* Extra output j is out's shape, written at every element (no stride 0 where out has none). */
+static tpu_status_t check_extra(const tpu_buf_t *out, const tpu_buf_t *x, int j) {
+  bool ok = x && x->rank == out->rank && float32ish(x->dtype);
+  for (int d = 0; ok && d < out->rank; d++) {
+    ok = x->dims[d] == out->dims[d] && (x->strides[d] != 0 || x->dims[d] == 1);
+  }
+  if (!ok) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
+                          KERNEL ": extra output %d is not an f32, bf16 or f16 tensor of "
+                          "out's dims, one element per position", j);
+  }
   return TPU_OK;
 }
 
 tpu_status_t tpu_kernel_ew_program(const tpu_ew_program_t *p, const tpu_buf_t *const *ins,
                                    const tpu_buf_t *out, tpu_pool_t *pool) {
+  if (p && p->num_stores != 0) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
+                          KERNEL ": a program with stores needs its extra outputs "
+                          "(tpu_kernel_ew_program_stores)");
+  }
+  return tpu_kernel_ew_program_stores(p, ins, out, NULL, pool);
+}
+
+tpu_status_t tpu_kernel_ew_program_stores(const tpu_ew_program_t *p, const tpu_buf_t *const *ins,
+                                          const tpu_buf_t *out, const tpu_buf_t *const *extra,
+                                          tpu_pool_t *pool) {
   TPU_RETURN_IF_ERROR(tpu_ew_program_check(p));
-  static const char *const names[TPU_EW_PROGRAM_MAX_INPUTS + 1] = {
-      "out", "input 0", "input 1", "input 2", "input 3", "input 4", "input 5", "input 6",
-      "input 7"};
+  static const char *const kInputs[TPU_EW_PROGRAM_MAX_INPUTS] = {
+      "input 0", "input 1", "input 2", "input 3", "input 4", "input 5", "input 6", "input 7"};
+  static const char *const kExtra[TPU_EW_PROGRAM_MAX_STORES] = {
+      "extra output 0", "extra output 1", "extra output 2", "extra output 3"};
+  const char *names[TPU_EW_MAX_OPERANDS] = {"out"}; /* iteration operands: out, ins, extra */
+  const tpu_buf_t *ops[TPU_EW_MAX_OPERANDS - 1];
+  for (int k = 0; k < p->num_inputs; k++) {
+    ops[k] = ins[k];
+    names[1 + k] = kInputs[k];
+  }
+  for (int j = 0; j < p->num_stores; j++) {
+    names[1 + p->num_inputs + j] = kExtra[j];
+    if (!extra) {
+      return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, KERNEL ": %d stores but no extra outputs",
+                            p->num_stores);
+    }
+    TPU_RETURN_IF_ERROR(check_extra(out, extra[j], j));
+    ops[p->num_inputs + j] = extra[j];
+  }
   tpu_ew_iter_t it;
-  TPU_RETURN_IF_ERROR(tpu_ew_iter_init(&it, KERNEL, out, ins, names, p->num_inputs, false));
+  TPU_RETURN_IF_ERROR(tpu_ew_iter_init(&it, KERNEL, out, ops, names,
+                                       p->num_inputs + p->num_stores, false));
   /* the final instruction may write out directly when it produces the result: nothing
    * reads registers after it, so an out that is also an input is still read first */
   int last = p->num_instrs - 1;
   program_ctx c = {tpu_vec_ops(), p, {TPU_F32}, out->dtype,
-                   last >= 0 && p->instrs[last].dst == p->result ? last : -1, false};
+                   last >= 0 && p->instrs[last].dst == p->result ? last : -1, false, {TPU_F32}};
+  for (int j = 0; j < p->num_stores; j++) c.store_dt[j] = extra[j]->dtype;
   for (int k = 0; k <= p->num_inputs; k++) {
     tpu_dtype_t dt = k ? ins[k - 1]->dtype : out->dtype;
     if (!float32ish(dt) && !(k && dt == TPU_BOOL)) {

@@ -26,6 +26,8 @@
  *   SELECT   a != 0 ? b : c (a predicate register, i.e. a COMPARE result or a bool input);
  *   IS_FINITE 1.0 where a is finite, else 0.0 (a predicate).
  * Inputs may also be bool tensors (loaded as 0.0 / 1.0) for SELECT predicates.
+ * Stores: registers (other than inputs and constants) stored, besides the result, into
+ * extra outputs of out's shape, rounded once like the result.
  */
 #ifndef TPU_VTPU_KERNELS_EW_PROGRAM_H
 #define TPU_VTPU_KERNELS_EW_PROGRAM_H
@@ -36,6 +38,7 @@
 #define TPU_EW_PROGRAM_MAX_REGS 24
 #define TPU_EW_PROGRAM_MAX_INSTRS 64
 #define TPU_EW_PROGRAM_MAX_INPUTS 8 /* TPU_EW_MAX_OPERANDS - 1 */
+#define TPU_EW_PROGRAM_MAX_STORES 4 /* extra outputs; inputs + stores <= MAX_INPUTS */
 
 typedef struct tpu_ew_instr {
   tpu_op_t op;
@@ -51,6 +54,8 @@ typedef struct tpu_ew_program {
   int num_instrs;
   tpu_ew_instr_t instrs[TPU_EW_PROGRAM_MAX_INSTRS];
   int result;                               /* the register stored to out */
+  int num_stores;                           /* 0 .. TPU_EW_PROGRAM_MAX_STORES */
+  int8_t stores[TPU_EW_PROGRAM_MAX_STORES]; /* registers also stored to extra outputs */
 } tpu_ew_program_t;
 
 /* TPU_OK if |p| is well formed (sizes, ops, registers written before read), else the error
@@ -58,9 +63,19 @@ typedef struct tpu_ew_program {
 tpu_status_t tpu_ew_program_check(const tpu_ew_program_t *p);
 
 /* out = program(ins[0], ..., ins[num_inputs - 1]). Errors name "kernel_ew_program" and the
- * offending instruction, register or dtype. */
+ * offending instruction, register or dtype. A program with stores needs
+ * tpu_kernel_ew_program_stores. */
 tpu_status_t tpu_kernel_ew_program(const tpu_ew_program_t *p, const tpu_buf_t *const *ins,
                                    const tpu_buf_t *out, tpu_pool_t *pool);
+
+/* The same, and register stores[j] also into extra[j] (out's dims; f32, bf16 or f16) for
+ * j < num_stores: a multi-output fusion (an optimizer step's new moments and parameter in
+ * one pass). Each block's stores follow all its instructions, so an extra output may be
+ * the memory of an input it replaces (an in-place update) as long as both are read and
+ * written at the same elements. */
+tpu_status_t tpu_kernel_ew_program_stores(const tpu_ew_program_t *p, const tpu_buf_t *const *ins,
+                                          const tpu_buf_t *out, const tpu_buf_t *const *extra,
+                                          tpu_pool_t *pool);
 
 /* ---- internal to the kernel (ew_program_loops.c) ---- */
 
