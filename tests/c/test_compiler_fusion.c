@@ -321,6 +321,7 @@ static tpu_graph_t *random_graph(uint64_t seed, tpu_dtype_t dt) {
   }
   CHECK_OK(tpu_graph_output(g, vals[nv - 1], NULL));
   if (seed % 3 == 0) CHECK_OK(tpu_graph_output(g, vals[nv - 3], NULL));
+  if (seed % 5 == 0) CHECK_OK(tpu_graph_output(g, vals[nv / 2], NULL)); /* stores, often */
   if (seed % 4 == 0) {
     bool last[2] = {false, true};
     CHECK_OK(tpu_graph_output(g, tpu_graph_reduce(g, TPU_REDUCE_SUM, vals[nv - 2], last), NULL));
@@ -330,12 +331,17 @@ static tpu_graph_t *random_graph(uint64_t seed, tpu_dtype_t dt) {
 
 TEST(random_elementwise_graphs_match_unfused_bitwise) {
   tpu_dtype_t dts[3] = {TPU_F32, TPU_BF16, TPU_F16};
-  int fused_steps = 0, bad = 0;
+  int fused_steps = 0, bad = 0, stores = 0;
   for (uint64_t seed = 1; seed <= 90; seed++) {
     tpu_graph_t *g = random_graph(seed, dts[seed % 3]);
     CHECK(tpu_graph_status(g) == TPU_OK);
     tpu_executable_t *on = cu_compile(g, 0);
-    if (on) fused_steps += tpu_executable_num_fused(on);
+    if (on) {
+      fused_steps += tpu_executable_num_fused(on);
+      char *t = describe(on);
+      for (const char *p = t; (p = strstr(p, ", store ")); p++) stores++;
+      free_text(t);
+    }
     tpu_executable_release(on);
     int d = cu_optimized_vs_plain(g, g_pool);
     if (d != 0) {
@@ -344,8 +350,9 @@ TEST(random_elementwise_graphs_match_unfused_bitwise) {
     }
     tpu_graph_destroy(g);
   }
+  printf("  random elementwise graphs: %d fused steps, %d stores\n", fused_steps, stores);
   CHECK(bad == 0);
-  CHECK(fused_steps > 60);
+  CHECK(fused_steps > 60 && stores > 5);
 }
 
 /* Random graphs mixing elementwise ops with row reductions broadcast back over the rows
