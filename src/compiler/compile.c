@@ -460,6 +460,18 @@ static bool reads_in_place(const compile_state_t *cs, const fuse_step_t *fs,
   return true;
 }
 
+/* Value |w|, written by the step about to run (fused step |fs| or |w|'s node alone), goes
+ * to the parameter's memory it updates in place when that step reads the parameter only
+ * where it writes (direct[w] = inplace[w]). */
+static void take_in_place(const compile_state_t *cs, const fuse_step_t *fs, tpu_value_t w,
+                          int *direct, const int *inplace, const alias_info_t *al) {
+  int o = inplace[w];
+  if (direct[w] < 0 && o >= 0 &&
+      reads_in_place(cs, fs, tpu_graph_node(cs->g, w), o, al->out_param[o])) {
+    direct[w] = o;
+  }
+}
+
 /* Copies into the outputs not written directly: first those without an exact alias, then
  * those overlaying a parameter, whose writes must follow every read of an old value (the
  * other copies' included). Such a copy whose source reads a parameter that one of them
@@ -618,21 +630,13 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
       st = assign_written_view(cs, fs->side_root, v, direct, private_rows);
       if (st != TPU_OK) break;
     }
-    if (direct[v] < 0 && inplace[v] >= 0 &&
-        reads_in_place(cs, fs, node, inplace[v], al.out_param[inplace[v]])) {
-      direct[v] = inplace[v];
-    }
+    take_in_place(cs, fs, v, direct, inplace, &al);
     for (int j = 0; fs && j < fs->num_stores; j++) {
       /* a store goes straight to its output when allowed (in place over the parameter it
        * updates when the step reads that parameter only where it writes), else to scratch
        * and copy_outputs copies it */
-      tpu_value_t m = fs->stores[j];
-      const tpu_node_t *mn = tpu_graph_node(g, m);
-      if (direct[m] < 0 && inplace[m] >= 0 &&
-          reads_in_place(cs, fs, mn, inplace[m], al.out_param[inplace[m]])) {
-        direct[m] = inplace[m];
-      }
-      st = assign_written_view(cs, m, v, direct, 0);
+      take_in_place(cs, fs, fs->stores[j], direct, inplace, &al);
+      st = assign_written_view(cs, fs->stores[j], v, direct, 0);
       if (st != TPU_OK) break;
     }
     if (st != TPU_OK) break;

@@ -134,26 +134,38 @@ typedef struct plan_scratch {
   bool *is_out;
 } plan_scratch_t;
 
-/* The distinct non-constant values a plain group's members read from outside it once |v|
- * (|node|) joins: |gr|'s set without v, plus v's operands, into |set| (which may be
- * gr->ext: the set is filtered in place, then grown). The count, or -1 when it does not
- * fit FUSE_EXT_CAP (then only the upper bound post_ext is known). */
-static int ext_after(const tpu_graph_t *g, const fuse_group_t *gr, const tpu_node_t *node,
-                     tpu_value_t v, tpu_value_t *set) {
-  if (gr->num_ext < 0) return -1;
+/* |gr|'s outside inputs other than |v| into |set| (which may be gr->ext: filtered in
+ * place); their count. */
+static int ext_without(const fuse_group_t *gr, tpu_value_t v, tpu_value_t *set) {
   int k = 0;
   for (int i = 0; i < gr->num_ext; i++) {
     if (gr->ext[i] != v) set[k++] = gr->ext[i];
   }
+  return k;
+}
+
+/* Adds |u| to the |*k| distinct values of |set| unless it is there; false when it does
+ * not fit FUSE_EXT_CAP. */
+static bool ext_add(tpu_value_t *set, int *k, tpu_value_t u) {
+  for (int j = 0; j < *k; j++) {
+    if (set[j] == u) return true;
+  }
+  if (*k == FUSE_EXT_CAP) return false;
+  set[(*k)++] = u;
+  return true;
+}
+
+/* The distinct non-constant values a plain group's members read from outside it once |v|
+ * (|node|) joins: |gr|'s set without v, plus v's operands, into |set| (which may be
+ * gr->ext). The count, or -1 when it does not fit FUSE_EXT_CAP (then only the upper bound
+ * post_ext is known). */
+static int ext_after(const tpu_graph_t *g, const fuse_group_t *gr, const tpu_node_t *node,
+                     tpu_value_t v, tpu_value_t *set) {
+  if (gr->num_ext < 0) return -1;
+  int k = ext_without(gr, v, set);
   for (int i = 0; i < node->num_operands; i++) {
-    tpu_value_t u = node->operands[i];
     float f;
-    if (const_f32(g, u, &f)) continue;
-    int j = 0;
-    while (j < k && set[j] != u) j++;
-    if (j < k) continue;
-    if (k == FUSE_EXT_CAP) return -1;
-    set[k++] = u;
+    if (!const_f32(g, node->operands[i], &f) && !ext_add(set, &k, node->operands[i])) return -1;
   }
   return k;
 }
@@ -285,16 +297,9 @@ static int merged_inputs(const fuse_group_t *gr, const fuse_group_t *h, tpu_valu
       gr->num_stores + h->num_stores + 1 > TPU_EW_PROGRAM_MAX_STORES) {
     return -1;
   }
-  int k = 0;
-  for (int i = 0; i < gr->num_ext; i++) {
-    if (gr->ext[i] != u) set[k++] = gr->ext[i];
-  }
+  int k = ext_without(gr, u, set);
   for (int i = 0; i < h->num_ext; i++) {
-    int j = 0;
-    while (j < k && set[j] != h->ext[i]) j++;
-    if (j < k) continue;
-    if (k == FUSE_EXT_CAP) return -1;
-    set[k++] = h->ext[i];
+    if (!ext_add(set, &k, h->ext[i])) return -1;
   }
   int stores = gr->num_stores + h->num_stores + 1;
   return k + stores <= TPU_EW_PROGRAM_MAX_INPUTS ? k : -1;

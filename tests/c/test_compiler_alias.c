@@ -101,7 +101,6 @@ static int in_place_vs_reference(const tpu_graph_t *g, const tpu_executable_t *e
   return bad;
 }
 
-/* p = p - lr * g: params (p, g, lr), output 0 over p. */
 /* Checks that the three compilations of |g| compute its reference result in place, then
  * releases them. */
 static void check_and_release(const tpu_graph_t *g, const int32_t *alias,
@@ -115,6 +114,17 @@ static void check_and_release(const tpu_graph_t *g, const int32_t *alias,
   tpu_executable_release(unfused);
 }
 
+/* |g| (outputs 0..2 over params 0..2) compiled with may-alias bits instead of exact
+ * aliases, with them, and with them and no passes. */
+static void compile_three_ways(const tpu_graph_t *g, const int32_t *alias,
+                               tpu_executable_t **coarse, tpu_executable_t **exact,
+                               tpu_executable_t **unfused) {
+  *coarse = cu_compile_aliased(g, NULL, 0, 7, 0);
+  *exact = cu_compile_aliased(g, alias, 3, 0, 0);
+  *unfused = cu_compile_aliased(g, alias, 3, 0, TPU_PASS_ALL);
+}
+
+/* p = p - lr * g: params (p, g, lr), output 0 over p. */
 static tpu_graph_t *sgd(void) {
   tpu_graph_t *g = ir_graph();
   tpu_shape_t s = SHAPE(ROWS, COLS);
@@ -295,9 +305,8 @@ static tpu_graph_t *adamw(void) {
 TEST(adamw_updates_three_tensors_in_place) {
   tpu_graph_t *g = adamw();
   const int32_t alias[3] = {0, 1, 2};
-  tpu_executable_t *coarse = cu_compile_aliased(g, NULL, 0, 7, 0);
-  tpu_executable_t *exact = cu_compile_aliased(g, alias, 3, 0, 0);
-  tpu_executable_t *unfused = cu_compile_aliased(g, alias, 3, 0, TPU_PASS_ALL);
+  tpu_executable_t *coarse, *exact, *unfused;
+  compile_three_ways(g, alias, &coarse, &exact, &unfused);
   if (coarse && exact && unfused) {
     printf("  AdamW: %d kernels (%d copies) with may-alias bits, %d (%d) with exact aliases\n",
            tpu_executable_num_kernels(coarse), num_copies(coarse),
@@ -337,9 +346,8 @@ TEST(adamw_moments_are_stores_of_the_update) {
    * three in place, each block read before its stores (multi-output fusion, fuse.c) */
   tpu_graph_t *g = adamw_constants();
   const int32_t alias[3] = {0, 1, 2};
-  tpu_executable_t *coarse = cu_compile_aliased(g, NULL, 0, 7, 0);
-  tpu_executable_t *exact = cu_compile_aliased(g, alias, 3, 0, 0);
-  tpu_executable_t *unfused = cu_compile_aliased(g, alias, 3, 0, TPU_PASS_ALL);
+  tpu_executable_t *coarse, *exact, *unfused;
+  compile_three_ways(g, alias, &coarse, &exact, &unfused);
   if (coarse && exact && unfused) {
     char *text = NULL;
     CHECK_OK(tpu_executable_describe(exact, tpu_allocator_system(), &text, NULL));

@@ -1240,6 +1240,14 @@ TEST(ew_program_fuses_chains) {
   free(hu);
 }
 
+/* A rows x cols buffer of |dt| at |mem| stored column by column. */
+static tpu_buf_t column_major(void *mem, tpu_dtype_t dt, const int64_t dims[2]) {
+  tpu_buf_t b = dense(mem, dt, 2, dims);
+  b.strides[0] = 1;
+  b.strides[1] = dims[0];
+  return b;
+}
+
 /* t = x * y (stored), result t * 0.5 + x: the unfused chain, into t_ref and o_ref. */
 static void stores_chain(tpu_buf_t *x, tpu_buf_t *y, tpu_buf_t *t_ref, tpu_buf_t *o_ref) {
   float half = 0.5f;
@@ -1286,12 +1294,8 @@ TEST(ew_program_stores_extra_outputs) {
   tpu_buf_t sx = dense(x, TPU_F32, 2, ds), sy = dense(y, TPU_F32, 2, ds);
   sy.strides[0] = 0;
   tpu_buf_t so = dense(o, TPU_F32, 2, ds), sor = dense(o_ref, TPU_F32, 2, ds);
-  tpu_buf_t sth = dense(th, TPU_BF16, 2, ds), stf = dense(t_ref, TPU_F32, 2, ds);
-  sth.strides[0] = 1;
-  sth.strides[1] = R;
-  tpu_buf_t sthr = dense(th_ref, TPU_BF16, 2, ds);
-  sthr.strides[0] = 1;
-  sthr.strides[1] = R;
+  tpu_buf_t stf = dense(t_ref, TPU_F32, 2, ds);
+  tpu_buf_t sth = column_major(th, TPU_BF16, ds), sthr = column_major(th_ref, TPU_BF16, ds);
   stores_chain(&sx, &sy, &stf, &sor);
   CHECK_OK(tpu_kernel_unary(TPU_OP_CONVERT, &stf, &sthr, g_pool));
   const tpu_buf_t *sins[2] = {&sx, &sy};
