@@ -14,6 +14,10 @@ attributes (parameters, optimizer state) lifted to inputs, as AOTAutograd would.
 * Later calls with the same signature (dtypes, shapes, strides, aliasing of the inputs)
   replay the plan: bind the input pointers, allocate the outputs, queue one executable.
   No Python runs per op.
+* A graph Dynamo traced with dynamic shapes (`dynamic=True`, or the automatic dynamic
+  shapes after a size changed) takes its sizes as int arguments: each set of sizes is
+  captured once and replayed after, as XLA compiles per shape (up to MAX_SIZE_VARIANTS
+  sets per graph; sizes beyond that, and float arguments, run op by op).
 * If a graph cannot be captured whole (an op with no lowering runs on the CPU, or a value
   is read on the host), that call still runs correctly, and later calls with that
   signature run the graph op by op in eager mode: a graph break inside the graph.
@@ -36,6 +40,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 _ids = itertools.count(1)
 _seen = []  # (kind, graph nodes, input description) of every graph captured, for the log
 _log_recompiles = os.environ.get("TORCHTPU_LOG_RECOMPILES", "0") not in ("", "0")
+# Plans per graph traced with dynamic shapes (one per set of sizes); beyond that the graph
+# runs op by op for sizes it has not seen.
+MAX_SIZE_VARIANTS = 32
+LOGGED_CHANGES = 6  # differences a recompile line names
+_TENSOR = object()  # an output of a plan's template that is a tensor
 
 
 def _describe(t):
@@ -43,6 +52,14 @@ def _describe(t):
         return (str(t.dtype).replace("torch.", ""), tuple(t.shape), tuple(t.stride()),
                 str(t.device))
     return (type(t).__name__, t)
+
+
+def _sizes_only(args):
+    """Whether every argument that is not a tensor is an int or a bool (the sizes of a graph
+    traced with dynamic shapes), so that the arguments can key a plan. A float argument (a
+    value Dynamo stopped specializing on, a learning rate say) tends to change every call:
+    such a graph runs op by op."""
+    return all(isinstance(a, torch.Tensor) or type(a) in (int, bool) for a in args)
 
 
 def changed_inputs(old, new):
@@ -58,6 +75,8 @@ def changed_inputs(old, new):
             for name, x, y in zip(fields, a, b):
                 if x != y:
                     out.append(f"input {i}: {name} {x} -> {y}")
+        elif len(a) == len(b) == 2 and a[0] == b[0]:  # an int, float or bool argument
+            out.append(f"input {i}: {a[0]} {a[1]} -> {b[1]}")
         else:
             out.append(f"input {i}: {a} -> {b}")
     return out
@@ -70,7 +89,7 @@ class _TpuGraph:
     def __init__(self, gm, kind, lifted=None):
         self.gm = gm
         self.kind = kind
-        self.fn_id = next(_ids)
+        self.fn_id = next(_ids)  # the plans of calls with tensor arguments only
         self.nodes = len(gm.graph.nodes)
         self.eager = set()      # signatures that could not be captured whole
         self._boxed_call = True  # AOTAutograd passes one list of arguments
@@ -79,6 +98,11 @@ class _TpuGraph:
         # of the arguments as AOTAutograd would lift them; its runs apply the decompositions
         self.direct = lifted is not None
         self.lifted = list(lifted or ())
+        # a graph traced with dynamic shapes takes the sizes as int arguments: each set of
+        # argument values (a signature, _describe) gets plans of its own, under its own id
+        self.variants = {}
+        self.templates = {}  # plan id -> its outputs: _TENSOR, None, or an int
+        self.latest = self.fn_id  # the plan id captured last (stats, describe)
 
     def _run(self, args):
         if not self.direct:
@@ -88,30 +112,47 @@ class _TpuGraph:
 
     def __call__(self, args):
         args = self.lifted + list(args)
-        # replay checks the devices itself (every input on one chip), faster than Python
         if all(isinstance(a, torch.Tensor) for a in args):
+            # replay checks the devices itself (every input on one chip), faster than Python
             ok, outs = torch.ops.torchtpu.replay(self.fn_id, args)
             if ok:
-                return self._rebuild(outs)
-        device = self._device_of(args)
+                return self._rebuild(self.fn_id, outs)
+            fn, tensors, desc = self.fn_id, args, None
+        else:
+            desc = tuple(_describe(a) for a in args)
+            fn = self.variants.get(desc)
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            if fn is not None:
+                ok, outs = torch.ops.torchtpu.replay(fn, tensors)
+                if ok:
+                    return self._rebuild(fn, outs)
+            elif len(self.variants) >= MAX_SIZE_VARIANTS or not _sizes_only(args):
+                return self._run(args)  # sizes that keep changing: op by op
+        device = self._device_of(tensors)
         if device is None:
             return self._run(args)
-        desc = tuple(_describe(a) for a in args)
+        desc = desc or tuple(_describe(a) for a in args)
         if desc in self.eager:
             return self._run(args)
+        if fn is None:
+            fn = self.variants[desc] = next(_ids)
         self._log_capture(desc)
-        torch.ops.torchtpu.capture_begin(device, args, False)
+        torch.ops.torchtpu.capture_begin(device, tensors, False)
         try:
             result = self._run(args)
         except BaseException:
             torch.ops.torchtpu.capture_abort(device)
             raise
         flat = list(result) if isinstance(result, (list, tuple)) else [result]
-        tensors = [o for o in flat if isinstance(o, torch.Tensor)]
-        replayable = all(o is None or isinstance(o, torch.Tensor) for o in flat)
-        built = torch.ops.torchtpu.capture_end(device, self.fn_id, args, tensors)
-        if built and replayable:
-            self.template = [isinstance(o, torch.Tensor) for o in flat]
+        outs = [o for o in flat if isinstance(o, torch.Tensor)]
+        # ints among the outputs: sizes a forward saves for its backward, which follow from
+        # the signature, so a replay returns them as captured
+        template = [_TENSOR if isinstance(o, torch.Tensor) else o for o in flat]
+        replayable = all(o is None or o is _TENSOR or type(o) is int for o in template)
+        built = torch.ops.torchtpu.capture_end(device, fn, tensors, outs)
+        if built and replayable and self.templates.get(fn, template) == template:
+            self.templates[fn] = template
+            self.latest = fn
             _seen.append((self.kind, self.nodes, desc))
         else:
             self.eager.add(desc)
@@ -129,9 +170,9 @@ class _TpuGraph:
                 return None
         return index
 
-    def _rebuild(self, outs):
+    def _rebuild(self, fn, outs):
         it = iter(outs)
-        return [next(it) if is_tensor else None for is_tensor in self.template]
+        return [next(it) if o is _TENSOR else o for o in self.templates[fn]]
 
     def stats(self):
         """The latest plan: plans, steps, scratch_bytes (planned peak of intermediates),
@@ -139,11 +180,11 @@ class _TpuGraph:
         (launches per run after fusion), fused (kernels that compute several ops)."""
         keys = ("plans", "steps", "scratch_bytes", "unplanned_bytes", "nodes", "kernels",
                 "fused")
-        return dict(zip(keys, torch.ops.torchtpu.plan_stats(self.fn_id)))
+        return dict(zip(keys, torch.ops.torchtpu.plan_stats(self.latest)))
 
     def describe(self):
         """The compiled program, one line per kernel ("FUSED(SUB,MUL,...) f32[8,64] -> ...")."""
-        return torch.ops.torchtpu.plan_describe(self.fn_id)
+        return torch.ops.torchtpu.plan_describe(self.latest)
 
     def _log_capture(self, desc):
         """TORCHTPU_LOG_RECOMPILES=1: one line per capture; for a recompile (Dynamo guard
@@ -156,7 +197,10 @@ class _TpuGraph:
                   file=sys.stderr)
             return
         closest = min(similar, key=lambda old: len(changed_inputs(old, desc)))
-        why = "; ".join(changed_inputs(closest, desc)) or "same inputs"
+        changes = changed_inputs(closest, desc)
+        why = "; ".join(changes[:LOGGED_CHANGES]) or "same inputs"
+        if len(changes) > LOGGED_CHANGES:  # a new size changes most of a backward's inputs
+            why += f"; and {len(changes) - LOGGED_CHANGES} more"
         print(f"[torchtpu] recompile: {self.kind} graph #{self.fn_id}: {why}", file=sys.stderr)
 
 

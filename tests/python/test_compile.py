@@ -485,3 +485,64 @@ def test_a_plan_replays_only_for_inputs_aliased_as_when_captured():
     out = g([p, q])[0]
     assert report.totals()["launches"] == hits + 1  # the first plan, replayed
     torch.testing.assert_close(out.cpu(), want)
+
+
+def test_dynamic_shapes_get_a_plan_per_size(monkeypatch):
+    # a graph traced with dynamic shapes takes its sizes as int arguments: each size is
+    # captured once and replayed after (not run op by op on every call), with the results
+    # of the CPU, forward and backward
+    runs = []  # graph runs in Python: a capture, or op by op; a replay runs none
+    run = tc._TpuGraph._run
+    monkeypatch.setattr(tc._TpuGraph, "_run", lambda g, args: runs.append(g.kind) or run(g, args))
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 4)).to("tpu")
+    model.load_state_dict(cpu.state_dict())
+    forward = torch.compile(model, backend="tpu", dynamic=True)
+    with torch.tpu.precision("highest"):
+        for rows in (8, 5, 8, 5, 3, 3):
+            x = torch.randn(rows, 16)
+            want = cpu(x).square().sum()
+            want.backward()
+            got = forward(x.to("tpu")).square().sum()
+            got.backward()
+            torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+            for p, q in zip(model.parameters(), cpu.parameters()):
+                torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
+                p.grad, q.grad = None, None
+    # one capture of forward and backward per size (8, 5, 3), every other call replayed
+    assert runs == ["forward", "backward"] * 3, runs
+    fw, bw = (next(g for g in tc.graphs if g.kind == kind) for kind in ("forward", "backward"))
+    assert len(fw.variants) == len(bw.variants) == 3
+    assert not fw.eager and not bw.eager
+
+
+def test_dynamic_shapes_beyond_the_plan_limit_run_op_by_op(monkeypatch):
+    monkeypatch.setattr(tc, "MAX_SIZE_VARIANTS", 2)
+    f = torch.compile(lambda x: (x * 2).exp().sum(0), backend="tpu", dynamic=True)
+    with torch.no_grad():
+        for rows in (4, 6, 7, 9):
+            x = torch.randn(rows, 3)
+            torch.testing.assert_close(f(x.to("tpu")).cpu(), (x * 2).exp().sum(0))
+    (g,) = tc.graphs
+    assert len(g.variants) == 2
+    torch.testing.assert_close(f(torch.ones(4, 3, device="tpu")).cpu(),
+                               torch.full((3,), 4 * np.exp(2.0), dtype=torch.float32))
+
+
+def test_recompile_log_names_a_changed_size():
+    code = """
+import torch, torchtpu
+f = torch.compile(lambda x, w: (x @ w).relu(), backend="tpu", dynamic=True)
+w = torch.randn(16, 4, device="tpu")
+f(torch.randn(8, 16, device="tpu"), w)
+f(torch.randn(5, 16, device="tpu"), w)
+"""
+    env = subprocess_env({"TORCHTPU_LOG_RECOMPILES": "1"})
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "[torchtpu]" in ln and "graph #" in ln]
+    assert len(lines) == 2, r.stderr
+    assert "recompile" in lines[1] and "int 8 -> 5" in lines[1], lines
