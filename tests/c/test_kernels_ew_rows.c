@@ -10,7 +10,8 @@
  * - select (vec.h 32-bit select, rows whose pred is broadcast along them, other sizes);
  * - transposed operands (strided along the output's rows, contiguous across them: the tile
  *   gathers of ew_tile.h) in binary and copy, with tiles split over rows and columns;
- * - binary rows with a per-row broadcast value, copy of short rows, fill (memset and
+ * - binary rows with a per-row broadcast value, copy of short rows and of contiguous runs
+ *   across permuted outer dims, fill (memset and
  *   pattern values, strided), and AND/OR reductions over contiguous byte rows vs tpu_ref_reduce;
  * each vec.h table (portable, AVX2, AVX-512 when the CPU has them) forced in turn.
  */
@@ -345,6 +346,58 @@ TEST(copy_short_rows_and_overlap) {
   free(mo);
 }
 
+/* Copies whose innermost dim is contiguous on both sides and whose outer dims are permuted
+ * (attention heads to (batch, time, features) and back), reversed or broadcast: the
+ * one-loop run copy of copy_fill.c; and runs interleaved in one array (spans that overlap,
+ * elements that do not), which take the general path. */
+TEST(copy_runs_across_permuted_dims) {
+  static const tpu_dtype_t dts[] = {TPU_F32, TPU_BF16, TPU_F64, TPU_BOOL};
+  char *mx = malloc(CAP), *mo = malloc(CAP);
+  int bad = 0;
+  for (int c = 0; c < 4 * NINNER * 8; c++) {
+    tpu_dtype_t dt = dts[c % 4];
+    size_t es = tpu_dtype_size(dt);
+    int64_t dims[4] = {2, 3, 5, kInner[(c / 4) % NINNER]};
+    int lx = (c / 4 / NINNER) % 4, lo = (c / 4 / NINNER) / 4;
+    fill_elems(mx, dt, CAP / 8);
+    memset(mo, 0x55, CAP);
+    tpu_buf_t x = lx == 0   ? view(mx, dt, dims, kPerms[1], 0, 0, 1)    /* dims 1, 2 swapped */
+                  : lx == 1 ? view(mx, dt, dims, kPerms[1], 0x2, 0, 1)  /* and dim 1 reversed */
+                  : lx == 2 ? view(mx, dt, dims, kPerms[1], 0, 0x2, 1)  /* dim 1 broadcast */
+                            : view(mx, dt, dims, kPermMid, 0, 0, 1);    /* dim 3 strided */
+    tpu_buf_t o = lo ? view(mo, dt, dims, kPerms[1], 0x4, 0, 1) : view(mo, dt, dims, kPerms[0], 0, 0, 1);
+    CHECK_OK(tpu_kernel_copy(&x, &o, c % 2 ? g_pool : NULL));
+    int64_t n = dims[0] * dims[1] * dims[2] * dims[3];
+    for (int64_t i = 0; i < n; i++) {
+      if (memcmp((char *)o.data + elem_off(&o, &o, i), (char *)x.data + elem_off(&x, &o, i), es) &&
+          bad++ < 5) {
+        fprintf(stderr, "  copy %s case %d elem %lld differs\n", tpu_dtype_name(dt), c, (long long)i);
+      }
+    }
+  }
+  /* runs of 16 floats interleaved in one array: x the even runs, out the odd ones */
+  float *f = (float *)(void *)mx;
+  for (int i = 0; i < 2 * 6 * 16; i++) f[i] = (float)i;
+  tpu_buf_t src = {0}, dst;
+  src.dtype = TPU_F32;
+  src.rank = 3;
+  src.dims[0] = 2, src.dims[1] = 3, src.dims[2] = 16;
+  src.strides[0] = 32, src.strides[1] = 64, src.strides[2] = 1; /* dims 0, 1 permuted */
+  src.data = f;
+  dst = src;
+  dst.strides[0] = 96, dst.strides[1] = 32;
+  dst.data = f + 16;
+  CHECK_OK(tpu_kernel_copy(&src, &dst, NULL));
+  for (int i = 0; i < 2; i++) {
+    for (int j = 0; j < 3; j++) {
+      for (int k = 0; k < 16; k++) CHECK(f[16 + i * 96 + j * 32 + k] == (float)(i * 32 + j * 64 + k));
+    }
+  }
+  CHECK(bad == 0);
+  free(mx);
+  free(mo);
+}
+
 TEST(fill_values_dtypes_and_strides) {
   static const tpu_dtype_t dts[] = {TPU_F32, TPU_BF16, TPU_F64, TPU_I64, TPU_I32, TPU_BOOL, TPU_U8};
   static const double vals[] = {0.0, -0.0, 1.5, -1.0, NAN, INFINITY};
@@ -444,6 +497,7 @@ int main(void) {
   RUN(binary_rows_vs_ref_every_isa);
   RUN(transposed_tiles_vs_ref_every_isa);
   RUN(copy_short_rows_and_overlap);
+  RUN(copy_runs_across_permuted_dims);
   RUN(fill_values_dtypes_and_strides);
   RUN(reduce_and_or_byte_rows_vs_ref);
   tpu_pool_destroy(g_pool);

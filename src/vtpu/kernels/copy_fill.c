@@ -1,7 +1,8 @@
 /* copy_fill.c: tpu_kernel_copy, tpu_kernel_fill, tpu_kernel_iota (include/tpu/kernels.h).
  *
- * copy moves elements of one dtype between any two layouts (x may broadcast); rows
- * contiguous on both sides are copied whole (short ones inline, long or overlapping ones
+ * copy moves elements of one dtype between any two layouts (x may broadcast); a small
+ * copy whose innermost dim is contiguous on both sides runs in one loop over its rows (no
+ * per-segment calls); otherwise rows contiguous on both sides are copied whole (short ones inline, long or overlapping ones
  * with memmove; a segment of short rows in one loop without a call per row), transposed
  * inputs (contiguous across the output's rows) by tile gathers straight into the output
  * (ew_tile.h), the rest element by element in the order that writes the output forward.
@@ -119,6 +120,51 @@ static void copy_seg(void *arg, const tpu_ew_seg_t *s) {
   }
 }
 
+/* The lowest address operand k of |it| touches, and the bytes from there to past the
+ * highest (strides may be negative). */
+static const char *iter_span(const tpu_ew_iter_t *it, int k, size_t size, int64_t *bytes) {
+  int64_t lo = 0, hi = 0;
+  for (int d = 0; d < it->ndim; d++) {
+    int64_t e = (it->dims[d] - 1) * it->strides[k][d]; /* in range: iter_init checked */
+    if (e < 0) lo += e;
+    else hi += e;
+  }
+  *bytes = hi - lo + (int64_t)size;
+  return it->base[k] + lo;
+}
+
+/* A small copy whose innermost dim is contiguous on both sides (a layout change: attention
+ * heads to (batch, time, features) and back, the parts of a concatenation): the runs are
+ * copied in one loop over the outer dims, instead of one iterator segment per row or two
+ * (at 4 rows of 16 floats, 8x the time of the copy itself). False if |it| is not that. */
+static bool copy_runs(const tpu_ew_iter_t *it, size_t size) {
+  const int last = it->ndim - 1;
+  const int64_t es = (int64_t)size, run = it->dims[last] * es;
+  if (last < 1 || it->numel > TPU_EW_HELPER_GRAIN || run < 16 ||
+      it->strides[0][last] != es || it->strides[1][last] != es) {
+    return false;
+  }
+  int64_t ob, ib;
+  const char *o = iter_span(it, 0, size, &ob), *i = iter_span(it, 1, size, &ib);
+  if (!disjoint(o, ob, i, ib)) return false;
+  int64_t idx[TPU_MAX_RANK] = {0};
+  char *dst = it->base[0];
+  const char *src = it->base[1];
+  for (int64_t left = it->numel / it->dims[last]; left > 0; left--) {
+    if (run <= 512) copy_short(dst, src, (size_t)run);
+    else memcpy(dst, src, (size_t)run);
+    for (int d = last - 1; d >= 0; d--) { /* next run: carry through the outer dims */
+      dst += it->strides[0][d];
+      src += it->strides[1][d];
+      if (++idx[d] < it->dims[d]) break;
+      idx[d] = 0;
+      dst -= it->dims[d] * it->strides[0][d];
+      src -= it->dims[d] * it->strides[1][d];
+    }
+  }
+  return true;
+}
+
 tpu_status_t tpu_kernel_copy(const tpu_buf_t *x, const tpu_buf_t *out, tpu_pool_t *pool) {
   const tpu_buf_t *ins[1] = {x};
   const char *names[2] = {"out", "x"};
@@ -131,6 +177,7 @@ tpu_status_t tpu_kernel_copy(const tpu_buf_t *x, const tpu_buf_t *out, tpu_pool_
                           tpu_dtype_name(x->dtype), tpu_dtype_name(out->dtype));
   }
   copy_ctx c = {tpu_dtype_size(out->dtype)};
+  if (it.numel > 0 && copy_runs(&it, c.size)) return TPU_OK;
   tpu_ew_iter_run2(&it, pool, copy_seg, &c);
   return TPU_OK;
 }
