@@ -81,6 +81,11 @@ typedef struct tpu_vec_ops {
    * f); out may equal t or f where its step is 1. */
   void (*select_u32)(const uint8_t *pred, int64_t sp, const uint32_t *t, int64_t st,
                      const uint32_t *f, int64_t sf, uint32_t *out, const tpu_vec_2d_t *g);
+  /* dst[r * ld + c] = src[r + c * s_col] for r < rows, c < cols (32-bit elements, ld and
+   * s_col in elements): a tile whose columns are contiguous written row by row (the
+   * transposing gather of ew_tile.h). dst and src must not overlap. */
+  void (*transpose_u32)(uint32_t *dst, int64_t ld, const uint32_t *src, int64_t s_col,
+                        int64_t rows, int64_t cols);
 } tpu_vec_ops_t;
 
 bool tpu_vec_unary_has(tpu_op_t op);  /* EXP LOG TANH LOGISTIC ERF SQRT RSQRT NEG ABS */
@@ -100,6 +105,11 @@ void tpu_vec_ops_force(const tpu_vec_ops_t *ops);
 
 /* What the CPU has, before TORCHTPU_ISA masks it (cpu_features.c). */
 const tpu_cpu_features_t *tpu_cpu_features_detected(void);
+
+/* transpose_u32 in 8 x 8 blocks of AVX registers (vec_avx2.c; the AVX-512 table uses it
+ * too). */
+void tpu_vec_transpose_u32_avx2(uint32_t *dst, int64_t ld, const uint32_t *src, int64_t s_col,
+                                int64_t rows, int64_t cols);
 
 /* Per-ISA tables (NULL when the build cannot target that ISA). */
 const tpu_vec_ops_t *tpu_vec_ops_portable(void);

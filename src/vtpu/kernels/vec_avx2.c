@@ -117,6 +117,49 @@ static inline void vi_mulhilo(vi a, uint32_t m, vi *hi, vi *lo) {
   *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
 }
 
+/* r[i] = row i of an 8 x 8 block of 32-bit values becomes r[j] = column j: pairs of rows
+ * interleaved 32 then 64 bits at a time within each 128-bit lane, then the 128-bit halves
+ * exchanged (24 shuffles instead of 64 scalar moves). */
+static inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+/* vec.h's transpose_u32: 8 x 8 blocks (8 loads down the columns, 8 stores along the rows),
+ * the edges element by element. */
+void tpu_vec_transpose_u32_avx2(uint32_t *dst, int64_t ld, const uint32_t *src, int64_t s_col,
+                                int64_t rows, int64_t cols) {
+  const int64_t rb = rows / 8 * 8, cb = cols / 8 * 8;
+  for (int64_t c0 = 0; c0 < cb; c0 += 8) {
+    for (int64_t r0 = 0; r0 < rb; r0 += 8) {
+      __m256 v[8];
+      for (int j = 0; j < 8; j++) v[j] = _mm256_loadu_ps((const float *)(const void *)(src + r0 + (c0 + j) * s_col));
+      transpose8x8(v);
+      for (int i = 0; i < 8; i++) _mm256_storeu_ps((float *)(void *)(dst + (r0 + i) * ld + c0), v[i]);
+    }
+    for (int64_t r = rb; r < rows; r++) {
+      for (int64_t c = c0; c < c0 + 8; c++) dst[r * ld + c] = src[r + c * s_col];
+    }
+  }
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t c = cb; c < cols; c++) dst[r * ld + c] = src[r + c * s_col];
+  }
+}
+#define VEC_TRANSPOSE_U32 tpu_vec_transpose_u32_avx2
+
 #include "vtpu/kernels/vec_impl.h"
 
 #if defined(__clang__)

@@ -101,6 +101,7 @@ static inline void vi_mulhilo(vi a, uint32_t m, vi *hi, vi *lo) {
   *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
 }
 
+#define VEC_TRANSPOSE_U32 tpu_vec_transpose_u32_avx2 /* AVX-512 CPUs have AVX2 */
 #include "vtpu/kernels/vec_impl.h"
 
 #if defined(__clang__)

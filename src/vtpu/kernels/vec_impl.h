@@ -21,6 +21,7 @@
  *   VEC_CAN_STREAM, vf_stream / vi_stream_u16 (non-temporal stores of one vector, aligned
  *                              to its size), vec_sfence
  *   VEC_TABLE                  the name of the table getter to define
+ *   optionally VEC_TRANSPOSE_U32, the table's transpose_u32 (else a scalar loop)
  *
  * The math (all f32, FMA where the ISA has it):
  *   exp       Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2 (ln2 split 0.693359375 +
@@ -583,6 +584,23 @@ static void philox(uint64_t ctr, uint64_t key, int64_t n, uint32_t *w0, uint32_t
   }
 }
 
+/* ---- transposed tiles ---------------------------------------------------------------------- */
+
+#ifndef VEC_TRANSPOSE_U32
+/* Strips of 8 columns down all rows, so that the rows read and the rows written each stay
+ * within 8 cache lines at a time. */
+static void transpose_u32(uint32_t *dst, int64_t ld, const uint32_t *src, int64_t s_col,
+                          int64_t rows, int64_t cols) {
+  for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+    int64_t c1 = c0 + 8 < cols ? c0 + 8 : cols;
+    for (int64_t r = 0; r < rows; r++) {
+      for (int64_t c = c0; c < c1; c++) dst[r * ld + c] = src[r + c * s_col];
+    }
+  }
+}
+#define VEC_TRANSPOSE_U32 transpose_u32
+#endif
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 const tpu_vec_ops_t *VEC_TABLE(void) {
@@ -608,6 +626,7 @@ const tpu_vec_ops_t *VEC_TABLE(void) {
       .compare_f32 = compare_f32,
       .compare_bf16 = compare_bf16,
       .select_u32 = select_u32,
+      .transpose_u32 = VEC_TRANSPOSE_U32,
   };
   return &ops;
 }
