@@ -308,25 +308,34 @@ TEST(transposed_tiles_vs_ref_every_isa) {
   free(mr);
 }
 
+/* Elements of the copy |o| (rank 4) that differ from |x|, the first few printed (|shown|
+ * mismatches of earlier cases are already out). */
+static int copy_mismatches(const tpu_buf_t *x, const tpu_buf_t *o, int c, int shown) {
+  const size_t es = tpu_dtype_size(o->dtype);
+  const int64_t n = o->dims[0] * o->dims[1] * o->dims[2] * o->dims[3];
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (memcmp((char *)o->data + elem_off(o, o, i), (char *)x->data + elem_off(x, o, i), es) &&
+        shown + bad++ < 5) {
+      fprintf(stderr, "  copy %s case %d elem %lld differs\n", tpu_dtype_name(o->dtype), c,
+              (long long)i);
+    }
+  }
+  return bad;
+}
+
 TEST(copy_short_rows_and_overlap) {
   static const tpu_dtype_t dts[] = {TPU_F32, TPU_BF16, TPU_F64, TPU_BOOL};
   char *mx = malloc(CAP), *mo = malloc(CAP);
   int bad = 0;
   for (int c = 0; c < 4 * NINNER * 9; c++) {
     tpu_dtype_t dt = dts[c % 4];
-    size_t es = tpu_dtype_size(dt);
     int64_t dims[4] = {2, 3, 5, kInner[(c / 4) % NINNER]};
     fill_elems(mx, dt, CAP / 8);
     memset(mo, 0x55, CAP);
     tpu_buf_t x = layout((c / 4 / NINNER) % 9, mx, dt, dims), o = layout(c % 3 == 0 ? 1 : 0, mo, dt, dims);
     CHECK_OK(tpu_kernel_copy(&x, &o, g_pool));
-    int64_t n = dims[0] * dims[1] * dims[2] * dims[3];
-    for (int64_t i = 0; i < n; i++) {
-      if (memcmp((char *)o.data + elem_off(&o, &o, i), (char *)x.data + elem_off(&x, &o, i), es) &&
-          bad++ < 5) {
-        fprintf(stderr, "  copy %s case %d elem %lld differs\n", tpu_dtype_name(dt), c, (long long)i);
-      }
-    }
+    bad += copy_mismatches(&x, &o, c, bad);
   }
   /* overlapping dense runs (a shift by one element within one array) move like memmove */
   float *f = (float *)(void *)mx;
@@ -356,7 +365,6 @@ TEST(copy_runs_across_permuted_dims) {
   int bad = 0;
   for (int c = 0; c < 4 * NINNER * 8; c++) {
     tpu_dtype_t dt = dts[c % 4];
-    size_t es = tpu_dtype_size(dt);
     int64_t dims[4] = {2, 3, 5, kInner[(c / 4) % NINNER]};
     int lx = (c / 4 / NINNER) % 4, lo = (c / 4 / NINNER) / 4;
     fill_elems(mx, dt, CAP / 8);
@@ -367,13 +375,7 @@ TEST(copy_runs_across_permuted_dims) {
                             : view(mx, dt, dims, kPermMid, 0, 0, 1);    /* dim 3 strided */
     tpu_buf_t o = lo ? view(mo, dt, dims, kPerms[1], 0x4, 0, 1) : view(mo, dt, dims, kPerms[0], 0, 0, 1);
     CHECK_OK(tpu_kernel_copy(&x, &o, c % 2 ? g_pool : NULL));
-    int64_t n = dims[0] * dims[1] * dims[2] * dims[3];
-    for (int64_t i = 0; i < n; i++) {
-      if (memcmp((char *)o.data + elem_off(&o, &o, i), (char *)x.data + elem_off(&x, &o, i), es) &&
-          bad++ < 5) {
-        fprintf(stderr, "  copy %s case %d elem %lld differs\n", tpu_dtype_name(dt), c, (long long)i);
-      }
-    }
+    bad += copy_mismatches(&x, &o, c, bad);
   }
   /* runs of 16 floats interleaved in one array: x the even runs, out the odd ones */
   float *f = (float *)(void *)mx;

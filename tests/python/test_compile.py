@@ -145,6 +145,16 @@ def test_graph_breaks_run_the_rest_eagerly():
     torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)
 
 
+def graph_log_lines(code):
+    """The "[torchtpu] compile / recompile ... graph #" lines of |code| run in a fresh
+    process with TORCHTPU_LOG_RECOMPILES=1."""
+    env = subprocess_env({"TORCHTPU_LOG_RECOMPILES": "1"})
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    return [ln for ln in r.stderr.splitlines() if "[torchtpu]" in ln and "graph #" in ln]
+
+
 def test_recompile_log_names_the_changed_input():
     code = """
 import torch, torchtpu
@@ -154,12 +164,8 @@ f(torch.randn(8, 16, device="tpu"), w)
 f(torch.randn(8, 16, device="tpu"), w)
 f(torch.randn(5, 16, device="tpu"), w)
 """
-    env = subprocess_env({"TORCHTPU_LOG_RECOMPILES": "1"})
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if "[torchtpu]" in ln and "graph #" in ln]
-    assert len(lines) == 2, r.stderr
+    lines = graph_log_lines(code)
+    assert len(lines) == 2, lines
     assert "recompile" in lines[1] and "shape (8, 16) -> (5, 16)" in lines[1], lines
 
 
@@ -539,10 +545,6 @@ w = torch.randn(16, 4, device="tpu")
 f(torch.randn(8, 16, device="tpu"), w)
 f(torch.randn(5, 16, device="tpu"), w)
 """
-    env = subprocess_env({"TORCHTPU_LOG_RECOMPILES": "1"})
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if "[torchtpu]" in ln and "graph #" in ln]
-    assert len(lines) == 2, r.stderr
+    lines = graph_log_lines(code)
+    assert len(lines) == 2, lines
     assert "recompile" in lines[1] and "int 8 -> 5" in lines[1], lines

@@ -17,6 +17,8 @@
 
 #include <immintrin.h>
 
+#include "vtpu/kernels/gemm_avx2_inl.h" /* transpose8x8 */
+
 #define VEC_W 8
 #define VEC_NAME "avx2"
 #define VEC_ISA TPU_ISA_AVX2
@@ -115,27 +117,6 @@ static inline void vi_mulhilo(vi a, uint32_t m, vi *hi, vi *lo) {
   __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), mv);
   *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
   *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
-}
-
-/* r[i] = row i of an 8 x 8 block of 32-bit values becomes r[j] = column j: pairs of rows
- * interleaved 32 then 64 bits at a time within each 128-bit lane, then the 128-bit halves
- * exchanged (24 shuffles instead of 64 scalar moves). */
-static inline void transpose8x8(__m256 r[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; i++) {
-    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
 }
 
 /* vec.h's transpose_u32: 8 x 8 blocks (8 loads down the columns, 8 stores along the rows),
