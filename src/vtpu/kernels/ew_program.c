@@ -6,7 +6,9 @@
  * kernels (ew_program_loops.c for the four vec.h lacks), store the result register (the
  * last instruction writes a contiguous f32 output directly). Short rows (softmax and layer
  * norm rows of 32 or 64, operands broadcast along them) are packed several to a block, so
- * an instruction's dispatch is paid per block, not per row; long rows go block by block.
+ * an instruction's dispatch is paid per block, not per row (an input that is one row for
+ * every row, a layer norm's weight, is loaded into its block once); long rows go block by
+ * block.
  * A register that only ever depends on broadcast values holds one value (step 0). A
  * program's stores (multi-output fusion) write their registers once the block's
  * instructions are done, so an extra output may overwrite an input it replaces.
@@ -180,6 +182,18 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
   tpu_ew_block_t loaded[TPU_EW_PROGRAM_MAX_INPUTS];
   const float *val[TPU_EW_PROGRAM_MAX_REGS];
   int64_t step[TPU_EW_PROGRAM_MAX_REGS];
+  /* an input that is one row for every row (a layer norm's weight): its block is the same
+   * in every block of rows (the last, shorter one uses a prefix), so it is filled once */
+  bool same_rows[TPU_EW_PROGRAM_MAX_INPUTS] = {false};
+  for (int k = 0; k < p->num_inputs; k++) {
+    if (seg->strides[k + 1] == 0 || seg->outer[k + 1] != 0) continue;
+    same_rows[k] = true;
+    const int64_t g = seg->rows < per ? seg->rows : per;
+    for (int64_t r = 0; r < g; r++) {
+      tpu_ew_program_load_row(c->v, seg->ptrs[k + 1], seg->strides[k + 1], c->in_dt[k],
+                              loaded[k].f + r * n, n);
+    }
+  }
   for (int64_t r0 = 0, g; r0 < seg->rows; r0 += g) {
     g = seg->rows - r0 < per ? seg->rows - r0 : per;
     const int64_t m = g * n;
@@ -191,6 +205,7 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
       float *blk = loaded[k].f;
       val[k] = blk;
       step[k] = 1;
+      if (same_rows[k]) continue; /* filled before the loop */
       if (s == 0 && o == 0) { /* one value for the whole block */
         tpu_ew_program_fill_rows(src, 0, dt, blk, 1, 1);
         step[k] = 0;
