@@ -159,10 +159,11 @@ class _TpuGraph:
         return result
 
     @staticmethod
-    def _device_of(args):
+    def _device_of(tensors):
+        """The tpu index all of |tensors| are on, or None."""
         index = None
-        for a in args:
-            if not isinstance(a, torch.Tensor) or a.device.type != "tpu":
+        for a in tensors:
+            if a.device.type != "tpu":
                 return None
             if index is None:
                 index = a.device.index

@@ -1,14 +1,15 @@
 /* copy_fill.c: tpu_kernel_copy, tpu_kernel_fill, tpu_kernel_iota (include/tpu/kernels.h).
  *
- * copy moves elements of one dtype between any two layouts (x may broadcast); a small
- * copy whose innermost dim is contiguous on both sides runs in one loop over its rows (no
- * per-segment calls); otherwise rows contiguous on both sides are copied whole (short ones inline, long or overlapping ones
- * with memmove; a segment of short rows in one loop without a call per row), transposed
- * inputs (contiguous across the output's rows) by tile gathers straight into the output
- * (ew_tile.h), the rest element by element in the order that writes the output forward.
- * fill writes one value (converted once, with the CONVERT semantics of ew_scalar.h): memset
- * when all its bytes are equal (zero), else a 64-byte pattern copied in pieces. iota writes each element's index along |dim|,
- * converted like an i64 value.
+ * copy moves elements of one dtype between any two layouts (x may broadcast); a small copy
+ * whose innermost dim is contiguous on both sides runs in one loop over its rows (no per-
+ * segment calls); otherwise rows contiguous on both sides are copied whole (short ones
+ * inline, long or overlapping ones with memmove; a segment of short rows in one loop
+ * without a call per row), transposed inputs (contiguous across the output's rows) by tile
+ * gathers straight into the output (ew_tile.h), the rest element by element in the order
+ * that writes the output forward. fill writes one value (converted once, with the CONVERT
+ * semantics of ew_scalar.h): memset when all its bytes are equal (zero), else a 64-byte
+ * pattern copied in pieces. iota writes each element's index along |dim|, converted like
+ * an i64 value.
  */
 #include <stdio.h>
 
@@ -76,17 +77,25 @@ static bool disjoint(const char *a, int64_t an, const char *b, int64_t bn) {
   return x + (uintptr_t)an <= y || y + (uintptr_t)bn <= x;
 }
 
-/* The byte span of |rows| rows of |n| elements (row step outer, element step s), and its
- * lowest address. */
-static const char *seg_span(const char *p, int64_t s, int64_t outer, int64_t n, int64_t rows,
-                            size_t size, int64_t *bytes) {
-  int64_t lo = 0, hi = 0, e1 = (n - 1) * s, e2 = (rows - 1) * outer;
-  lo += e1 < 0 ? e1 : 0;
-  hi += e1 > 0 ? e1 : 0;
-  lo += e2 < 0 ? e2 : 0;
-  hi += e2 > 0 ? e2 : 0;
+/* The byte span of the elements at p + sum_d i_d * strides[d] (bytes, any sign), i_d <
+ * dims[d] for d < nd: its lowest address, and the bytes from there to past the highest. */
+static const char *span(const char *p, int nd, const int64_t *dims, const int64_t *strides,
+                        size_t size, int64_t *bytes) {
+  int64_t lo = 0, hi = 0;
+  for (int d = 0; d < nd; d++) {
+    int64_t e = (dims[d] - 1) * strides[d]; /* in range: the iterator checked the extents */
+    if (e < 0) lo += e;
+    else hi += e;
+  }
   *bytes = hi - lo + (int64_t)size;
   return p + lo;
+}
+
+/* The span of |rows| rows of |n| elements (row step outer, element step s). */
+static const char *seg_span(const char *p, int64_t s, int64_t outer, int64_t n, int64_t rows,
+                            size_t size, int64_t *bytes) {
+  const int64_t dims[2] = {n, rows}, strides[2] = {s, outer};
+  return span(p, 2, dims, strides, size, bytes);
 }
 
 static void copy_seg(void *arg, const tpu_ew_seg_t *s) {
@@ -120,19 +129,6 @@ static void copy_seg(void *arg, const tpu_ew_seg_t *s) {
   }
 }
 
-/* The lowest address operand k of |it| touches, and the bytes from there to past the
- * highest (strides may be negative). */
-static const char *iter_span(const tpu_ew_iter_t *it, int k, size_t size, int64_t *bytes) {
-  int64_t lo = 0, hi = 0;
-  for (int d = 0; d < it->ndim; d++) {
-    int64_t e = (it->dims[d] - 1) * it->strides[k][d]; /* in range: iter_init checked */
-    if (e < 0) lo += e;
-    else hi += e;
-  }
-  *bytes = hi - lo + (int64_t)size;
-  return it->base[k] + lo;
-}
-
 /* A small copy whose innermost dim is contiguous on both sides (a layout change: attention
  * heads to (batch, time, features) and back, the parts of a concatenation): the runs are
  * copied in one loop over the outer dims, instead of one iterator segment per row or two
@@ -145,7 +141,8 @@ static bool copy_runs(const tpu_ew_iter_t *it, size_t size) {
     return false;
   }
   int64_t ob, ib;
-  const char *o = iter_span(it, 0, size, &ob), *i = iter_span(it, 1, size, &ib);
+  const char *o = span(it->base[0], it->ndim, it->dims, it->strides[0], size, &ob);
+  const char *i = span(it->base[1], it->ndim, it->dims, it->strides[1], size, &ib);
   if (!disjoint(o, ob, i, ib)) return false;
   int64_t idx[TPU_MAX_RANK] = {0};
   char *dst = it->base[0];

@@ -2,9 +2,10 @@
  *
  * 32-bit elements read down the rows go through vec.h's transpose_u32 (8 x 8 register
  * transposes where the CPU has AVX2). Other element moves go through typed loads and
- * stores of fixed size (memcpy of 1, 2, 4 or 8 bytes, which compiles to one move). Reading down the rows (the transposed case), the
- * tile is walked in strips of TILE_SUB columns, so that the rows read and the rows written
- * each stay within TILE_SUB cache lines at a time; otherwise it is one strip of all columns.
+ * stores of fixed size (memcpy of 1, 2, 4 or 8 bytes, which compiles to one move). Reading
+ * down the rows (the transposed case), the tile is walked in strips of TILE_SUB columns,
+ * so that the rows read and the rows written each stay within TILE_SUB cache lines at a
+ * time; otherwise it is one strip of all columns.
  */
 #include "vtpu/kernels/ew_tile.h"
 
