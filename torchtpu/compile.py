@@ -102,6 +102,10 @@ class _TpuGraph:
         # argument values (a signature, _describe) gets plans of its own, under its own id
         self.variants = {}
         self.templates = {}  # plan id -> its outputs: _TENSOR, None, or an int
+        # whether tensor-only calls also key plans on their signature: once two captures
+        # under fn_id returned different outputs (ints that follow from the input shapes),
+        # one id cannot replay both
+        self.by_signature = False
         self.latest = self.fn_id  # the plan id captured last (stats, describe)
 
     def _run(self, args):
@@ -112,7 +116,7 @@ class _TpuGraph:
 
     def __call__(self, args):
         args = self.lifted + list(args)
-        if all(isinstance(a, torch.Tensor) for a in args):
+        if not self.by_signature and all(isinstance(a, torch.Tensor) for a in args):
             # replay checks the devices itself (every input on one chip), faster than Python
             ok, outs = torch.ops.torchtpu.replay(self.fn_id, args)
             if ok:
@@ -154,8 +158,16 @@ class _TpuGraph:
             self.templates[fn] = template
             self.latest = fn
             _seen.append((self.kind, self.nodes, desc))
-        else:
-            self.eager.add(desc)
+            return result
+        # a plan built now stays under fn, whose template it does not match: no call may
+        # reach it through fn again
+        if fn != self.fn_id:
+            del self.variants[desc]
+        elif built:
+            self.by_signature = True
+            if replayable:
+                return result  # the next call captures this signature under its own id
+        self.eager.add(desc)
         return result
 
     @staticmethod

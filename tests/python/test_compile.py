@@ -523,6 +523,36 @@ def test_dynamic_shapes_get_a_plan_per_size(monkeypatch):
     assert len(fw.variants) == len(bw.variants) == 3
     assert not fw.eager and not bw.eager
 
+def test_outputs_that_follow_from_shapes_replay_per_shape(monkeypatch):
+    # a graph whose outputs include a size of its tensor input (an int): the plans of two
+    # input shapes return different ints, so each replays its own and never the other's
+    gm = torch.fx.symbolic_trace(lambda a: (a * 2, a.shape[0]))
+    g = tc._TpuGraph(gm, "forward")
+    runs = []
+    run = tc._TpuGraph._run
+    monkeypatch.setattr(tc._TpuGraph, "_run", lambda g, args: runs.append(1) or run(g, args))
+    for rows in (4, 5, 5, 4, 5, 4):
+        x = torch.arange(rows, dtype=torch.float32)
+        doubled, size = g([x.to("tpu")])
+        assert size == rows
+        torch.testing.assert_close(doubled.cpu(), x * 2)
+    # captures: 4 and 5 under the graph's id (the second returns another int), then each
+    # once more under an id of its own; every later call replays
+    assert len(runs) == 4, runs
+    assert g.by_signature and not g.eager
+
+
+def test_outputs_a_plan_cannot_replay_run_op_by_op():
+    # a float among the outputs: the capture's plan cannot return it, so the graph runs op
+    # by op for that input (and never replays the plan without its template)
+    gm = torch.fx.symbolic_trace(lambda a: (a * 2, 1.5))
+    g = tc._TpuGraph(gm, "forward")
+    for _ in range(3):
+        doubled, value = g([torch.ones(3, device="tpu")])
+        assert value == 1.5
+        torch.testing.assert_close(doubled.cpu(), torch.full((3,), 2.0))
+    assert g.by_signature and len(g.eager) == 1
+
 
 def test_dynamic_shapes_beyond_the_plan_limit_run_op_by_op(monkeypatch):
     monkeypatch.setattr(tc, "MAX_SIZE_VARIANTS", 2)
