@@ -74,7 +74,10 @@ void tpu_executable_release(tpu_executable_t *exe); /* frees at zero; NULL ignor
 
 int tpu_executable_num_inputs(const tpu_executable_t *exe);
 int tpu_executable_num_outputs(const tpu_executable_t *exe);
-/* Bytes of scratch one run needs (the planned peak of intermediates). */
+/* Bytes of scratch one run needs (the planned peak of intermediates). Intermediates that
+ * die before an output overlapping no input is first written may live in that output
+ * instead (its may-alias bit clear, or TPU_OUTPUT_ALIAS_DISJOINT), when that lowers the
+ * peak: a forward's outputs written late hold its early intermediates. */
 size_t tpu_executable_scratch_bytes(const tpu_executable_t *exe);
 /* Sum of the sizes of all intermediates, i.e. the scratch a plan without reuse needs. */
 size_t tpu_executable_unplanned_bytes(const tpu_executable_t *exe);
@@ -104,7 +107,9 @@ bool tpu_executable_output_strides(const tpu_executable_t *exe, int i,
 
 /* Runs once. inputs[i] / outputs[i] point at element [0, ..., 0] of the buffers, laid out
  * with the strides the graph gave parameter i / output i. |scratch| holds at least
- * tpu_executable_scratch_bytes (64-byte aligned). Errors name the failing op. */
+ * tpu_executable_scratch_bytes (64-byte aligned). Errors name the failing op. Outputs
+ * that overlap each other are refused (TPU_ERR_INVALID_ARGUMENT) when the executable keeps
+ * intermediates in its outputs. */
 tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs,
                                 void *const *outputs, void *scratch, tpu_pool_t *pool);
 

@@ -47,6 +47,7 @@ typedef struct tpu_disk_entry {
   tpu_compile_options_t options;
   unsigned char *extra;            /* the caller's bytes, allocated with the cache's host */
   size_t extra_len;
+  int32_t *alias;                  /* options.output_alias_param's storage, or NULL */
 } tpu_disk_entry_t;
 
 /* Loads the entry stored under |key|: true (hit) with |out| filled, or false (a miss, or

@@ -17,8 +17,10 @@
  * node order and the memory planner only places scratch buffers, so no read of the old value
  * moves after that write; a parallel run (deps.h) keeps every such order between steps that
  * share memory.
- * Scratch offsets are then assigned by the memory planning pass (plan_memory.h).
+ * Scratch offsets are then assigned by the memory planning pass (plan_memory.h), which
+ * may also put intermediates in outputs not yet written.
  */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +60,7 @@ typedef struct compile_state {
   fuse_plan_t plan;
   int *out_exact;        /* (num outputs) the parameter an output exactly overlays, or -1 */
   bool *out_may_alias;   /* (num outputs) the output may share memory with inputs */
+  int first_final_copy;  /* steps from here on are copy_outputs' copies, at position n */
 } compile_state_t;
 
 /* ---- views ------------------------------------------------------------------------------ */
@@ -232,6 +235,8 @@ static tpu_status_t new_buffer_of(compile_state_t *cs, tpu_dtype_t dtype,
   }
   buffer_t *b = &cs->buffers[cs->num_buffers];
   b->bytes = bytes;
+  b->used = (size_t)numel * tpu_dtype_size(dtype);
+  b->elem_bytes = tpu_dtype_size(dtype);
   b->first = def;
   b->last = def;
   *out_index = cs->num_buffers++;
@@ -243,30 +248,108 @@ static tpu_status_t new_buffer(compile_state_t *cs, const tpu_node_t *node, int 
   return new_buffer_of(cs, node->dtype, &node->shape, def, out_index);
 }
 
-/* The memory planning pass, then the planned offsets into the steps' views. */
-static tpu_status_t plan_offsets(compile_state_t *cs, size_t *out_peak, size_t *out_total) {
-  TPU_RETURN_IF_ERROR(tpu_plan_memory(cs->buffers, cs->num_buffers, cs->host, out_peak,
-                                      out_total));
+/* The arenas (plan_memory.h): dense outputs that share memory with no input, free until
+ * the step that first writes them (copy_outputs' copies run after every node). At most
+ * MAX_ARENAS, the latest written, keep planning linear in the graph's size. */
+#define MAX_ARENAS 64
+
+static void note_write(const view_t *v, int pos, int *first_write) {
+  if (v->base == BASE_OUTPUT && pos < first_write[v->index]) first_write[v->index] = pos;
+}
+
+static int output_arenas(const compile_state_t *cs, int *first_write, plan_arena_t *arenas,
+                         int *arena_output) {
+  int num_outputs = tpu_graph_num_outputs(cs->g);
+  for (int o = 0; o < num_outputs; o++) first_write[o] = INT_MAX;
   for (int s = 0; s < cs->num_steps; s++) {
-    step_t *st = &cs->steps[s];
-    if (st->out.base == BASE_SCRATCH) st->out.scratch_offset = cs->buffers[st->out.index].offset;
-    for (int i = 0; i < st->num_in; i++) {
-      if (st->in[i].base == BASE_SCRATCH) {
-        st->in[i].scratch_offset = cs->buffers[st->in[i].index].offset;
-      }
+    const step_t *st = &cs->steps[s];
+    int pos = s >= cs->first_final_copy ? cs->n : st->node;
+    note_write(&st->out, pos, first_write);
+    const fused_t *f = st->fused;
+    if (f && f->has_side) note_write(&f->side_out, pos, first_write);
+    if (f && f->has_tail) note_write(&f->tail_out, pos, first_write);
+    for (int j = 0; f && j < f->num_stores; j++) note_write(&f->store_out[j], pos, first_write);
+  }
+  int n = 0;
+  for (int o = 0; o < num_outputs; o++) {
+    const tpu_node_t *node = tpu_graph_node(cs->g, tpu_graph_output_value(cs->g, o));
+    int64_t numel, strides[TPU_MAX_RANK];
+    size_t bytes;
+    if (cs->out_may_alias[o] || cs->out_exact[o] >= 0 || first_write[o] == INT_MAX ||
+        tpu_graph_output_strides(cs->g, o, strides) || !tpu_shape_numel(&node->shape, &numel) ||
+        !tpu_size_mul((size_t)numel, tpu_dtype_size(node->dtype), &bytes)) {
+      continue;
     }
-    fused_t *f = st->fused;
-    if (f && f->has_pre) f->chunk.scratch_offset = cs->buffers[f->chunk.index].offset;
-    if (f && f->has_side && f->side_out.base == BASE_SCRATCH) {
-      f->side_out.scratch_offset = cs->buffers[f->side_out.index].offset;
+    plan_arena_t a = {bytes, tpu_dtype_size(node->dtype), first_write[o]};
+    /* sorted by first write, latest first; when full, an earlier one makes room */
+    if (n == MAX_ARENAS && arenas[n - 1].free_until >= a.free_until) continue;
+    int at = n < MAX_ARENAS ? n++ : n - 1;
+    for (; at > 0 && arenas[at - 1].free_until < a.free_until; at--) {
+      arenas[at] = arenas[at - 1];
+      arena_output[at] = arena_output[at - 1];
     }
-    if (f && f->has_tail && f->tail_out.base == BASE_SCRATCH) {
-      f->tail_out.scratch_offset = cs->buffers[f->tail_out.index].offset;
+    arenas[at] = a;
+    arena_output[at] = o;
+  }
+  return n;
+}
+
+/* A view of a scratch buffer, at the place planning gave the buffer. */
+static void place_view(const compile_state_t *cs, const int *arena_output, view_t *v) {
+  if (v->base != BASE_SCRATCH) return;
+  const buffer_t *b = &cs->buffers[v->index];
+  if (b->arena < 0) {
+    v->scratch_offset = b->offset;
+    return;
+  }
+  v->base = BASE_OUTPUT; /* offsets are multiples of SCRATCH_ALIGN: whole elements */
+  v->index = arena_output[b->arena];
+  v->elem_offset += (int64_t)(b->offset / tpu_dtype_size(v->dtype));
+}
+
+/* The memory planning pass, then the planned places into the steps' views. */
+static tpu_status_t plan_offsets(compile_state_t *cs, size_t *out_peak, size_t *out_total,
+                                 bool *out_in_outputs) {
+  int num_outputs = tpu_graph_num_outputs(cs->g);
+  int *first_write = NULL;
+  tpu_status_t st = tpu_allocator_calloc(cs->host, (size_t)num_outputs + 1, sizeof *first_write,
+                                         "compile", (void **)&first_write);
+  if (st != TPU_OK) return st;
+  plan_arena_t arenas[MAX_ARENAS];
+  int arena_output[MAX_ARENAS];
+  int num_arenas = output_arenas(cs, first_write, arenas, arena_output);
+  tpu_allocator_free(cs->host, first_write);
+  /* planning is greedy: taking buffers out of the block can leave it more fragmented, so
+   * the plan with arenas stands only if its block is smaller */
+  TPU_RETURN_IF_ERROR(tpu_plan_memory(cs->buffers, cs->num_buffers, NULL, 0, cs->host, out_peak,
+                                      out_total));
+  if (num_arenas > 0 && cs->num_buffers > 0) {
+    buffer_t *saved = NULL;
+    TPU_RETURN_IF_ERROR(tpu_allocator_calloc(cs->host, (size_t)cs->num_buffers, sizeof *saved,
+                                             "compile", (void **)&saved));
+    memcpy(saved, cs->buffers, sizeof *saved * (size_t)cs->num_buffers);
+    size_t peak = 0;
+    st = tpu_plan_memory(cs->buffers, cs->num_buffers, arenas, num_arenas, cs->host, &peak,
+                         out_total);
+    if (st == TPU_OK && peak < *out_peak) {
+      *out_peak = peak;
+    } else {
+      memcpy(cs->buffers, saved, sizeof *saved * (size_t)cs->num_buffers);
     }
-    for (int j = 0; f && j < f->num_stores; j++) {
-      view_t *w = &f->store_out[j];
-      if (w->base == BASE_SCRATCH) w->scratch_offset = cs->buffers[w->index].offset;
-    }
+    tpu_allocator_free(cs->host, saved);
+    TPU_RETURN_IF_ERROR(st);
+  }
+  *out_in_outputs = false;
+  for (int b = 0; b < cs->num_buffers; b++) *out_in_outputs |= cs->buffers[b].arena >= 0;
+  for (int s = 0; s < cs->num_steps; s++) {
+    step_t *stp = &cs->steps[s];
+    place_view(cs, arena_output, &stp->out);
+    for (int i = 0; i < stp->num_in; i++) place_view(cs, arena_output, &stp->in[i]);
+    fused_t *f = stp->fused;
+    if (f && f->has_pre) place_view(cs, arena_output, &f->chunk);
+    if (f && f->has_side) place_view(cs, arena_output, &f->side_out);
+    if (f && f->has_tail) place_view(cs, arena_output, &f->tail_out);
+    for (int j = 0; f && j < f->num_stores; j++) place_view(cs, arena_output, &f->store_out[j]);
   }
   return TPU_OK;
 }
@@ -677,6 +760,7 @@ static tpu_status_t compile_nodes(compile_state_t *cs, const tpu_compile_options
       cs->buffers[b].last = cs->values[v].last_use;
     }
   }
+  cs->first_final_copy = cs->num_steps;
   if (st == TPU_OK) st = copy_outputs(cs, direct, &al);
   tpu_allocator_free(cs->host, direct);
   tpu_allocator_free(cs->host, inplace);
@@ -722,7 +806,8 @@ static tpu_status_t compile_graph(const tpu_graph_t *g, const tpu_compile_option
   if (st == TPU_OK) st = compile_nodes(&cs, options);
   tpu_fuse_plan_free(&cs.plan, host);
   size_t peak = 0, total = 0;
-  if (st == TPU_OK) st = plan_offsets(&cs, &peak, &total);
+  bool scratch_in_outputs = false;
+  if (st == TPU_OK) st = plan_offsets(&cs, &peak, &total, &scratch_in_outputs);
   if (st == TPU_OK) st = tpu_allocator_calloc(host, 1, sizeof *exe, "compile", (void **)&exe);
   if (st == TPU_OK) {
     st = tpu_allocator_calloc(host, (size_t)num_outputs + 1, sizeof(tpu_dtype_t), "compile",
@@ -767,6 +852,7 @@ static tpu_status_t compile_graph(const tpu_graph_t *g, const tpu_compile_option
   }
   exe->scratch_bytes = peak;
   exe->unplanned_bytes = total;
+  exe->scratch_in_outputs = scratch_in_outputs;
   exe->num_steps = cs.num_steps;
   exe->steps = cs.steps;
   deps_outputs_t outs = {cs.out_exact, cs.out_may_alias};
@@ -847,7 +933,13 @@ bool tpu_executable_output_strides(const tpu_executable_t *exe, int i,
 
 tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs,
                                 void *const *outputs, void *scratch, tpu_pool_t *pool) {
-  if (exe->parallel && tpu_pool_num_threads(pool) > 1 && tpu_deps_outputs_disjoint(exe, outputs)) {
+  bool disjoint = (!exe->parallel && !exe->scratch_in_outputs) || tpu_deps_outputs_disjoint(exe, outputs);
+  if (exe->scratch_in_outputs && !disjoint) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
+                          "executable run: outputs overlap, but the executable keeps "
+                          "intermediates in its outputs before writing them");
+  }
+  if (exe->parallel && tpu_pool_num_threads(pool) > 1 && disjoint) {
     return tpu_run_parallel(exe, inputs, outputs, scratch, pool);
   }
   for (int i = 0; i < exe->num_steps; i++) {

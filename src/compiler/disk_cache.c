@@ -2,8 +2,10 @@
  *
  * An entry file, native byte order:
  *   "TPUCACHE" | u32 version | u32 0 | u64 build tag | u64 key bytes | u64 extra bytes |
- *   u64 graph bytes | u64 output_may_alias_input | u32 disable_passes | u32 0 |
- *   u64 checksum of what follows | key | extra | serialized graph (its own header)
+ *   u64 graph bytes | u64 output_may_alias_input | u32 disable_passes | u32 aliases |
+ *   u64 checksum of what follows | key | extra | i32 output_alias_param[aliases] |
+ *   serialized graph (its own header)
+ * (version 1 had no alias table: a warm process compiled in-place outputs as disjoint).
  * Names are "<hash of key and build tag, 16 hex digits>.tpuc"; writes go through
  * ".tmp-<pid>-<n>-<name>" and rename(2), so readers see a whole file or none.
  */
@@ -20,7 +22,8 @@
 #include "tpu/disk_cache.h"
 
 #define MAGIC "TPUCACHE"
-#define VERSION 1u
+#define VERSION 2u
+#define MAX_ALIASES ((uint32_t)1 << 20)
 #define HEADER_BYTES 72
 #define MAX_FILE_BYTES ((size_t)1 << 30) /* larger files are not ours */
 
@@ -33,7 +36,7 @@ struct tpu_disk_cache {
 
 typedef struct header {
   uint64_t tag, key_len, extra_len, graph_len, alias_mask, checksum;
-  uint32_t version, disable_passes;
+  uint32_t version, disable_passes, num_alias;
 } header_t;
 
 static void put_header(unsigned char *b, const header_t *h) {
@@ -47,7 +50,7 @@ static void put_header(unsigned char *b, const header_t *h) {
   memcpy(b + 40, &h->graph_len, 8);
   memcpy(b + 48, &h->alias_mask, 8);
   memcpy(b + 56, &h->disable_passes, 4);
-  memcpy(b + 60, &zero, 4);
+  memcpy(b + 60, &h->num_alias, 4);
   memcpy(b + 64, &h->checksum, 8);
 }
 
@@ -60,6 +63,7 @@ static bool get_header(const unsigned char *b, size_t len, header_t *h) {
   memcpy(&h->graph_len, b + 40, 8);
   memcpy(&h->alias_mask, b + 48, 8);
   memcpy(&h->disable_passes, b + 56, 4);
+  memcpy(&h->num_alias, b + 60, 4);
   memcpy(&h->checksum, b + 64, 8);
   return true;
 }
@@ -172,9 +176,10 @@ static bool parse_entry(tpu_disk_cache_t *c, const unsigned char *b, size_t len,
                         size_t key_len, tpu_disk_entry_t *out) {
   header_t h;
   if (!get_header(b, len, &h) || h.version != VERSION || h.tag != c->tag) return false;
-  size_t body = len - HEADER_BYTES;
-  if (h.key_len > body || h.extra_len > body - h.key_len ||
-      h.graph_len != body - h.key_len - h.extra_len) {
+  size_t body = len - HEADER_BYTES, alias_len = (size_t)h.num_alias * 4;
+  if (h.num_alias > MAX_ALIASES || h.key_len > body || h.extra_len > body - h.key_len ||
+      alias_len > body - h.key_len - h.extra_len ||
+      h.graph_len != body - h.key_len - h.extra_len - alias_len) {
     return false;
   }
   const unsigned char *p = b + HEADER_BYTES;
@@ -189,12 +194,22 @@ static bool parse_entry(tpu_disk_cache_t *c, const unsigned char *b, size_t len,
     memcpy(out->extra, p + key_len, h.extra_len);
     out->extra_len = h.extra_len;
   }
-  if (tpu_graph_deserialize(p + key_len + h.extra_len, h.graph_len, c->host, &out->graph) !=
-      TPU_OK) {
+  if (h.num_alias) {
+    if (tpu_allocator_calloc(c->host, h.num_alias, sizeof *out->alias, "disk_cache_load",
+                             (void **)&out->alias) != TPU_OK) {
+      tpu_disk_entry_free(c, out);
+      return false;
+    }
+    memcpy(out->alias, p + key_len + h.extra_len, alias_len);
+  }
+  if (tpu_graph_deserialize(p + key_len + h.extra_len + alias_len, h.graph_len, c->host,
+                            &out->graph) != TPU_OK) {
     tpu_disk_entry_free(c, out);
     return false;
   }
   out->options.output_may_alias_input = h.alias_mask;
+  out->options.output_alias_param = out->alias;
+  out->options.num_output_alias = (int32_t)h.num_alias;
   out->options.disable_passes = h.disable_passes;
   return true;
 }
@@ -220,6 +235,7 @@ void tpu_disk_entry_free(tpu_disk_cache_t *c, tpu_disk_entry_t *e) {
   if (!e) return;
   tpu_graph_destroy(e->graph);
   tpu_allocator_free(c->host, e->extra);
+  tpu_allocator_free(c->host, e->alias);
   memset(e, 0, sizeof *e);
 }
 
@@ -239,9 +255,15 @@ tpu_status_t tpu_disk_cache_store(tpu_disk_cache_t *c, const void *key, size_t l
                                   const void *extra, size_t extra_len) {
   unsigned char *graph = NULL, *file = NULL;
   size_t graph_len = 0, total = 0;
+  uint32_t num_alias = 0;
+  if (options && options->output_alias_param && options->num_output_alias > 0) {
+    num_alias = (uint32_t)options->num_output_alias;
+  }
+  size_t alias_len = (size_t)num_alias * 4;
   tpu_status_t st = tpu_graph_serialize(g, c->host, &graph, &graph_len);
-  if (st == TPU_OK && (!tpu_size_add(HEADER_BYTES, len, &total) ||
+  if (st == TPU_OK && (num_alias > MAX_ALIASES || !tpu_size_add(HEADER_BYTES, len, &total) ||
                        !tpu_size_add(total, extra_len, &total) ||
+                       !tpu_size_add(total, alias_len, &total) ||
                        !tpu_size_add(total, graph_len, &total) || total > MAX_FILE_BYTES)) {
     st = tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "cache entry too large");
   }
@@ -250,8 +272,10 @@ tpu_status_t tpu_disk_cache_store(tpu_disk_cache_t *c, const void *key, size_t l
     unsigned char *p = file + HEADER_BYTES;
     if (len) memcpy(p, key, len);
     if (extra_len) memcpy(p + len, extra, extra_len);
-    memcpy(p + len + extra_len, graph, graph_len);
+    if (alias_len) memcpy(p + len + extra_len, options->output_alias_param, alias_len);
+    memcpy(p + len + extra_len + alias_len, graph, graph_len);
     header_t h = {.tag = c->tag, .key_len = len, .extra_len = extra_len, .graph_len = graph_len,
+                  .num_alias = num_alias,
                   .alias_mask = options ? options->output_may_alias_input : 0,
                   .checksum = payload_checksum(p, total - HEADER_BYTES), .version = VERSION,
                   .disable_passes = options ? options->disable_passes : 0};

@@ -109,6 +109,8 @@ struct tpu_executable {
   tpu_pass_stats_t pass_stats;  /* what the graph passes did */
   step_deps_t deps;
   bool parallel;                /* independent small steps: run_parallel.c runs them */
+  bool scratch_in_outputs;      /* some intermediates live in outputs not yet written (the
+                                   outputs must not overlap: plan_memory.h) */
 };
 
 /* Runs one step (execute.c). */

@@ -1,5 +1,5 @@
-/* test_disk_cache.c: the on-disk cache stores and loads entries (graph, options, extra
- * bytes) across handles, and ignores (counting an error) missing, truncated, corrupted,
+/* test_disk_cache.c: the on-disk cache stores and loads entries (graph, options with
+ * their exact output aliases, extra bytes) across handles, and ignores (counting an error) missing, truncated, corrupted,
  * foreign-build and colliding files; an unwritable directory fails to open. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +39,10 @@ static const char KEY2[] = "another key";
 TEST(store_then_load_in_another_handle) {
   tpu_graph_t *g = small_graph();
   tpu_disk_cache_t *a = open_cache(7);
-  tpu_compile_options_t opts = {.output_may_alias_input = 5, .disable_passes = 2};
+  /* exact aliases too: a warm process must compile an in-place update as one */
+  const int32_t alias[3] = {0, TPU_OUTPUT_ALIAS_OVERLAP, TPU_OUTPUT_ALIAS_DISJOINT};
+  tpu_compile_options_t opts = {.output_may_alias_input = 5, .disable_passes = 2,
+                                .output_alias_param = alias, .num_output_alias = 3};
   CHECK_OK(tpu_disk_cache_store(a, KEY, sizeof KEY, g, &opts, "xyz", 3));
   CHECK(stats(a).writes == 1);
   tpu_disk_cache_close(a);
@@ -48,6 +51,8 @@ TEST(store_then_load_in_another_handle) {
   CHECK(tpu_disk_cache_load(b, KEY, sizeof KEY, &e));
   CHECK(e.graph && tpu_graph_hash(e.graph) == tpu_graph_hash(g));
   CHECK(e.options.output_may_alias_input == 5 && e.options.disable_passes == 2);
+  CHECK(e.options.num_output_alias == 3 && e.options.output_alias_param &&
+        memcmp(e.options.output_alias_param, alias, sizeof alias) == 0);
   CHECK(e.extra_len == 3 && e.extra && memcmp(e.extra, "xyz", 3) == 0);
   tpu_disk_entry_free(b, &e);
   CHECK(!tpu_disk_cache_load(b, KEY2, sizeof KEY2, &e)); /* no file: a miss */
