@@ -52,7 +52,7 @@ static int lower_first(const void *x, const void *y) {
 /* The scratch memory of one place's sweep: candidates, overlap lists, neighbours. */
 typedef struct work {
   int *cand;        /* (n) candidates by position (program order) */
-  int *live;        /* (n) */
+  int *live;        /* (n) alive now: candidate ranks (overlaps), buffers (first_fit) */
   size_t *adj_start; /* (n + 1) CSR of overlapping candidates, by candidate rank */
   int *adj;         /* (pairs * 2) */
   by_size_t *order; /* (n) */
@@ -87,7 +87,7 @@ static bool overlaps(const plan_buffer_t *buffers, work_t *w, int m, bool count_
   return true;
 }
 
-/* Where candidate |b| goes among the placed spans (ns of them): the lowest offset with room. */
+/* The lowest offset with |bytes| free between the placed spans (ns of them, sorted here). */
 static size_t lowest_fit(span_t *spans, int ns, size_t bytes) {
   qsort(spans, (size_t)ns, sizeof *spans, lower_first);
   size_t offset = 0;
