@@ -933,7 +933,8 @@ bool tpu_executable_output_strides(const tpu_executable_t *exe, int i,
 
 tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs,
                                 void *const *outputs, void *scratch, tpu_pool_t *pool) {
-  bool disjoint = (!exe->parallel && !exe->scratch_in_outputs) || tpu_deps_outputs_disjoint(exe, outputs);
+  bool disjoint =
+      (!exe->parallel && !exe->scratch_in_outputs) || tpu_deps_outputs_disjoint(exe, outputs);
   if (exe->scratch_in_outputs && !disjoint) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
                           "executable run: outputs overlap, but the executable keeps "

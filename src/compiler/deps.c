@@ -346,8 +346,10 @@ static int by_start(const void *a, const void *b) {
 bool tpu_deps_outputs_disjoint(const tpu_executable_t *exe, void *const *outputs) {
   int n = exe->num_outputs;
   if (n < 2) return true;
-  uintptr_t(*iv)[2] = NULL; /* [start, end) addresses of the nonempty outputs */
-  if (tpu_allocator_calloc(exe->host, (size_t)n, sizeof *iv, "deps", (void **)&iv) != TPU_OK) {
+  uintptr_t local[64][2]; /* most executables: no allocation per run */
+  uintptr_t(*iv)[2] = local; /* [start, end) addresses of the nonempty outputs */
+  if (n > 64 &&
+      tpu_allocator_calloc(exe->host, (size_t)n, sizeof *iv, "deps", (void **)&iv) != TPU_OK) {
     return false; /* the sequential run needs no memory */
   }
   int k = 0;
@@ -361,6 +363,6 @@ bool tpu_deps_outputs_disjoint(const tpu_executable_t *exe, void *const *outputs
   qsort(iv, (size_t)k, sizeof *iv, by_start);
   bool ok = true;
   for (int i = 1; i < k && ok; i++) ok = iv[i][0] >= iv[i - 1][1];
-  tpu_allocator_free(exe->host, iv);
+  if (iv != local) tpu_allocator_free(exe->host, iv);
   return ok;
 }
