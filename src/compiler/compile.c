@@ -223,10 +223,10 @@ static tpu_status_t push_step(compile_state_t *cs, step_kind_t kind, const tpu_n
 static tpu_status_t new_buffer_of(compile_state_t *cs, tpu_dtype_t dtype,
                                   const tpu_shape_t *shape, int def, int *out_index) {
   int64_t numel;
-  size_t bytes;
+  size_t used, bytes;
   if (!tpu_shape_numel(shape, &numel) ||
-      !tpu_size_mul((size_t)numel, tpu_dtype_size(dtype), &bytes) ||
-      !tpu_size_align_up(bytes ? bytes : 1, SCRATCH_ALIGN, &bytes)) {
+      !tpu_size_mul((size_t)numel, tpu_dtype_size(dtype), &used) ||
+      !tpu_size_align_up(used ? used : 1, SCRATCH_ALIGN, &bytes)) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "compile: buffer size overflows");
   }
   if (cs->num_buffers >= cs->cap_buffers) {
@@ -235,7 +235,7 @@ static tpu_status_t new_buffer_of(compile_state_t *cs, tpu_dtype_t dtype,
   }
   buffer_t *b = &cs->buffers[cs->num_buffers];
   b->bytes = bytes;
-  b->used = (size_t)numel * tpu_dtype_size(dtype);
+  b->used = used;
   b->elem_bytes = tpu_dtype_size(dtype);
   b->first = def;
   b->last = def;
@@ -933,14 +933,14 @@ bool tpu_executable_output_strides(const tpu_executable_t *exe, int i,
 
 tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs,
                                 void *const *outputs, void *scratch, tpu_pool_t *pool) {
-  bool disjoint =
-      (!exe->parallel && !exe->scratch_in_outputs) || tpu_deps_outputs_disjoint(exe, outputs);
+  bool parallel = exe->parallel && tpu_pool_num_threads(pool) > 1;
+  bool disjoint = (parallel || exe->scratch_in_outputs) && tpu_deps_outputs_disjoint(exe, outputs);
   if (exe->scratch_in_outputs && !disjoint) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
                           "executable run: outputs overlap, but the executable keeps "
                           "intermediates in its outputs before writing them");
   }
-  if (exe->parallel && tpu_pool_num_threads(pool) > 1 && disjoint) {
+  if (parallel && disjoint) {
     return tpu_run_parallel(exe, inputs, outputs, scratch, pool);
   }
   for (int i = 0; i < exe->num_steps; i++) {

@@ -52,12 +52,21 @@ static int lower_first(const void *x, const void *y) {
 /* The scratch memory of one place's sweep: candidates, overlap lists, neighbours. */
 typedef struct work {
   int *cand;        /* (n) candidates by position (program order) */
-  int *live;        /* (n) alive now: candidate ranks (overlaps), buffers (first_fit) */
+  int *live;        /* (n) candidate ranks alive now */
   size_t *adj_start; /* (n + 1) CSR of overlapping candidates, by candidate rank */
   int *adj;         /* (pairs * 2) */
   by_size_t *order; /* (n) */
   span_t *spans;    /* (n) */
 } work_t;
+
+/* Drops from |live| (num_live candidate ranks) those dead before |first|; the count left. */
+static int prune(const plan_buffer_t *buffers, const work_t *w, int num_live, int first) {
+  int k = 0;
+  for (int j = 0; j < num_live; j++) {
+    if (buffers[w->cand[w->live[j]]].last >= first) w->live[k++] = w->live[j];
+  }
+  return k;
+}
 
 /* Fills the overlap lists of the |m| candidates (|count_only|: only adj_start, counts;
  * stops counting past MAX_PAIRS, returning false). */
@@ -65,12 +74,7 @@ static bool overlaps(const plan_buffer_t *buffers, work_t *w, int m, bool count_
   int num_live = 0;
   size_t pairs = 0;
   for (int c = 0; c < m; c++) {
-    const plan_buffer_t *b = &buffers[w->cand[c]];
-    int k = 0;
-    for (int j = 0; j < num_live; j++) {
-      if (buffers[w->cand[w->live[j]]].last >= b->first) w->live[k++] = w->live[j];
-    }
-    num_live = k;
+    num_live = prune(buffers, w, num_live, buffers[w->cand[c]].first);
     if (count_only && (pairs += (size_t)num_live) > MAX_PAIRS) return false;
     for (int j = 0; j < num_live; j++) {
       int o = w->live[j];
@@ -108,24 +112,20 @@ static bool fits(const plan_buffer_t *b, const place_t *pl, size_t offset) {
   return offset <= pl->limit && pl->limit - offset >= b->used;
 }
 
-/* First fit in program order (the fallback): the live candidates of the place by offset. */
+/* First fit in program order (the fallback), among the candidates placed and alive. */
 static void first_fit(plan_buffer_t *buffers, work_t *w, int m, const place_t *pl, size_t *peak) {
   int num_live = 0;
   for (int c = 0; c < m; c++) {
     plan_buffer_t *b = &buffers[w->cand[c]];
-    int k = 0;
+    num_live = prune(buffers, w, num_live, b->first);
     for (int j = 0; j < num_live; j++) {
-      if (buffers[w->live[j]].last >= b->first) w->live[k++] = w->live[j];
-    }
-    num_live = k;
-    for (int j = 0; j < num_live; j++) {
-      const plan_buffer_t *o = &buffers[w->live[j]];
+      const plan_buffer_t *o = &buffers[w->cand[w->live[j]]];
       w->spans[j] = (span_t){o->offset, o->offset + o->bytes};
     }
     size_t offset = lowest_fit(w->spans, num_live, b->bytes);
     if (!fits(b, pl, offset)) continue;
     put(b, pl, offset, peak);
-    w->live[num_live++] = w->cand[c];
+    w->live[num_live++] = c;
   }
 }
 
