@@ -1240,6 +1240,51 @@ TEST(ew_program_fuses_chains) {
   free(hu);
 }
 
+/* Long rows cross the program's blocks (1024 elements) with every kind of input load: a
+ * bool predicate, a strided bf16 input, a broadcast f16 value and an f32 input read in place:
+ * where(p, a * b, c + a), against the unfused kernels on the same inputs widened to f32. */
+TEST(ew_program_long_rows_load_every_input_kind) {
+  enum { N = 2500 };
+  static const tpu_ew_program_t prog = {
+      .num_inputs = 4, .num_instrs = 3,
+      .instrs = {{TPU_OP_MUL, 4, 1, 2}, {TPU_OP_ADD, 5, 3, 1}, {TPU_OP_SELECT, 4, 0, 4, 5}},
+      .result = 4};
+  uint8_t *p = malloc(N);
+  uint16_t *a16 = malloc(2 * N * 2), bh = tpu_f32_to_f16(1.5f);
+  float *c = malloc(N * 4), *a = malloc(N * 4), *b = malloc(N * 4), *o = malloc(N * 4);
+  float *t = malloc(N * 4), *u = malloc(N * 4), *ref = malloc(N * 4);
+  fill_random(c, TPU_F32, N, false);
+  fill_random(a, TPU_F32, N, false);
+  for (int i = 0; i < N; i++) {
+    p[i] = (uint8_t)((i * 7) % 3 == 0);
+    a16[2 * i] = tpu_f32_to_bf16(a[i]);
+    a16[2 * i + 1] = 0xffff; /* between the strided elements: never read */
+    a[i] = tpu_bf16_to_f32(a16[2 * i]);
+    b[i] = 1.5f;
+  }
+  tpu_buf_t bp = vec1(p, TPU_BOOL, N), ba = vec1(a16, TPU_BF16, N), bc = vec1(c, TPU_F32, N);
+  tpu_buf_t bb = vec1(&bh, TPU_F16, N), bo = vec1(o, TPU_F32, N);
+  ba.strides[0] = 2;
+  bb.strides[0] = 0;
+  const tpu_buf_t *ins[4] = {&bp, &ba, &bb, &bc};
+  CHECK_OK(tpu_kernel_ew_program(&prog, ins, &bo, g_pool));
+  tpu_buf_t fa = vec1(a, TPU_F32, N), fb = vec1(b, TPU_F32, N), ft = vec1(t, TPU_F32, N);
+  tpu_buf_t fu = vec1(u, TPU_F32, N), fr = vec1(ref, TPU_F32, N);
+  CHECK_OK(tpu_kernel_binary(TPU_OP_MUL, &fa, &fb, &ft, g_pool));
+  CHECK_OK(tpu_kernel_binary(TPU_OP_ADD, &bc, &fa, &fu, g_pool));
+  CHECK_OK(tpu_kernel_select(&bp, &ft, &fu, &fr, g_pool));
+  CHECK(count_diffs("long rows, every input kind", &bo, &fr, 0) == 0);
+  free(p);
+  free(a16);
+  free(c);
+  free(a);
+  free(b);
+  free(o);
+  free(t);
+  free(u);
+  free(ref);
+}
+
 /* A rows x cols buffer of |dt| at |mem| stored column by column. */
 static tpu_buf_t column_major(void *mem, tpu_dtype_t dt, const int64_t dims[2]) {
   tpu_buf_t b = dense(mem, dt, 2, dims);
@@ -1398,6 +1443,7 @@ int main(void) {
   RUN(fill_and_iota);
   RUN(ew_program_fuses_chains);
   RUN(ew_program_stores_extra_outputs);
+  RUN(ew_program_long_rows_load_every_input_kind);
   RUN(large_outputs_stream);
   RUN(bad_arguments_name_the_kernel);
   tpu_pool_destroy(g_pool);

@@ -20,7 +20,10 @@
 #include "vtpu/kernels/ew.h"
 
 #define KERNEL "kernel_ew_program"
-#define PROGRAM_BLOCK TPU_EW_BLOCK /* registers of 2 KiB: the few a chain uses stay in L1 */
+/* Elements per block: registers of 4 KiB, so that the few a chain uses stay in L1 while an
+ * instruction's dispatch is paid once per 1024 elements (bench/kernels_fused_rows.c: 512
+ * made the layer norm and softmax rows 15-30% slower, 2048 slower still, out of L1). */
+#define PROGRAM_BLOCK 1024
 
 typedef struct program_ctx {
   const tpu_vec_ops_t *v;
@@ -114,7 +117,7 @@ static void program_row(const program_ctx *c, char *const *ptrs, const int64_t *
   const tpu_ew_program_t *p = c->p;
   const bool out_direct = c->out_dt == TPU_F32 && strides[0] == 4;
   float regs[TPU_EW_PROGRAM_MAX_REGS][PROGRAM_BLOCK];
-  tpu_ew_block_t loaded[TPU_EW_PROGRAM_MAX_INPUTS];
+  float loaded[TPU_EW_PROGRAM_MAX_INPUTS][PROGRAM_BLOCK]; /* inputs not read in place */
   const float *val[TPU_EW_PROGRAM_MAX_REGS]; /* where each register's values are */
   int64_t step[TPU_EW_PROGRAM_MAX_REGS];
   set_consts(p, val, step);
@@ -131,14 +134,14 @@ static void program_row(const program_ctx *c, char *const *ptrs, const int64_t *
     for (int k = 0; k < p->num_inputs; k++) {
       int64_t s = strides[k + 1];
       const char *src = ptrs[k + 1] + i * s;
-      if (c->in_dt[k] == TPU_BOOL) { /* predicates: 0.0 / 1.0 */
-        int64_t cnt = s ? m : 1;
-        for (int64_t j = 0; j < cnt; j++) loaded[k].f[j] = src[j * s] ? 1.0f : 0.0f;
-        val[k] = loaded[k].f;
-        step[k] = s ? 1 : 0;
+      step[k] = s != 0; /* 0: one value (a broadcast) */
+      if (c->in_dt[k] == TPU_F32 && (s == 0 || s == 4)) { /* in place */
+        val[k] = (const float *)(const void *)src;
         continue;
       }
-      val[k] = tpu_ew_load(c->v, TPU_CT_F32, src, s, c->in_dt[k], m, &loaded[k], &step[k]);
+      /* converted (bool predicates as 0.0 / 1.0) */
+      tpu_ew_program_load_row(c->v, src, s, c->in_dt[k], loaded[k], s ? m : 1);
+      val[k] = loaded[k];
     }
     run_instrs(c, regs, val, step, m, out_direct ? (float *)(void *)(ptrs[0] + i * 4) : NULL,
                c->stream);
@@ -179,7 +182,7 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
   const bool out_dense = oo == n * so; /* out's rows follow each other */
   const bool out_direct = c->out_dt == TPU_F32 && so == 4 && out_dense;
   float regs[TPU_EW_PROGRAM_MAX_REGS][PROGRAM_BLOCK];
-  tpu_ew_block_t loaded[TPU_EW_PROGRAM_MAX_INPUTS];
+  float loaded[TPU_EW_PROGRAM_MAX_INPUTS][PROGRAM_BLOCK];
   const float *val[TPU_EW_PROGRAM_MAX_REGS];
   int64_t step[TPU_EW_PROGRAM_MAX_REGS];
   /* an input that is one row for every row (a layer norm's weight): its block is the same
@@ -191,7 +194,7 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
     const int64_t g = seg->rows < per ? seg->rows : per;
     for (int64_t r = 0; r < g; r++) {
       tpu_ew_program_load_row(c->v, seg->ptrs[k + 1], seg->strides[k + 1], c->in_dt[k],
-                              loaded[k].f + r * n, n);
+                              loaded[k] + r * n, n);
     }
   }
   for (int64_t r0 = 0, g; r0 < seg->rows; r0 += g) {
@@ -202,7 +205,7 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
       const int64_t s = seg->strides[k + 1], o = seg->outer[k + 1];
       const char *src = seg->ptrs[k + 1] + r0 * o;
       const tpu_dtype_t dt = c->in_dt[k];
-      float *blk = loaded[k].f;
+      float *blk = loaded[k];
       val[k] = blk;
       step[k] = 1;
       if (same_rows[k]) continue; /* filled before the loop */

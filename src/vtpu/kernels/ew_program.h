@@ -4,7 +4,7 @@
  * A program is straight-line code over f32 registers. Registers 0 .. num_inputs-1 hold the
  * inputs (f32, bf16 or f16, broadcast to out's shape like the other elementwise kernels)
  * widened to f32; the next num_consts registers hold constants; instructions write the
- * rest. The kernel runs the program block by block (a few hundred elements, kept in L1)
+ * rest. The kernel runs the program block by block (1024 elements, kept in L1)
  * and rounds the result register once into out (f32, bf16 or f16). Intermediate values
  * stay f32: on f32 tensors the result equals the unfused chain bit for bit; on bf16/f16
  * tensors the fused chain rounds once where the unfused chain rounds after every op.
