@@ -32,12 +32,23 @@ typedef struct program_ctx {
   int last; /* the final instruction, if it writes the result (else -1) */
   bool stream; /* the final instruction writes out with non-temporal stores */
   tpu_dtype_t store_dt[TPU_EW_PROGRAM_MAX_STORES]; /* extra outputs: operands after the inputs */
+  unsigned char kind[TPU_EW_PROGRAM_MAX_INSTRS]; /* instr_kind of each instruction */
+  bool one_operand[TPU_EW_PROGRAM_MAX_INSTRS];   /* a UNARY-family op (CONVERT too) */
 } program_ctx;
 
-/* The instructions the vector compute functions do not cover (see ew_program.h). */
-static bool special_op(tpu_op_t op) {
-  return op == TPU_OP_CONVERT || op == TPU_OP_COMPARE || op == TPU_OP_SELECT ||
-         op == TPU_OP_IS_FINITE;
+/* How an instruction runs, decided once per kernel call rather than once per block:
+ * SPECIAL the four ops the vector compute functions do not cover (ew_program.h), through
+ * ew_program_loops.c; *_VEC straight to the vec.h loops; UNARY / BINARY through the
+ * elementwise compute functions (their scalar loops). */
+enum instr_kind { SPECIAL, UNARY, UNARY_VEC, BINARY, BINARY_VEC };
+
+static unsigned char kind_of(tpu_op_t op) {
+  if (op == TPU_OP_CONVERT || op == TPU_OP_COMPARE || op == TPU_OP_SELECT ||
+      op == TPU_OP_IS_FINITE) {
+    return SPECIAL;
+  }
+  if (tpu_op_family(op) == TPU_FAMILY_UNARY) return tpu_vec_unary_has(op) ? UNARY_VEC : UNARY;
+  return tpu_vec_binary_has(op) ? BINARY_VEC : BINARY;
 }
 
 /* Runs the instructions over m elements: register r's values at val[r] with step[r] (0: one
@@ -49,12 +60,14 @@ static void run_instrs(const program_ctx *c, float (*regs)[PROGRAM_BLOCK], const
   const tpu_ew_program_t *p = c->p;
   for (int j = 0; j < p->num_instrs; j++) {
     const tpu_ew_instr_t *in = &p->instrs[j];
+    const unsigned char kind = c->kind[j];
+    const bool unary = kind == UNARY || kind == UNARY_VEC;
     float *dst = regs[in->dst];
     /* an operand in the destination register that holds one broadcast value while the
      * result is a vector would be overwritten before it is read again: read it from a
      * copy (dst == a with a vector a is fine: element i is read before it is written) */
     float held[3];
-    if (tpu_op_family(in->op) != TPU_FAMILY_UNARY) {
+    if (!c->one_operand[j]) {
       int ops[3] = {in->a, in->b, in->op == TPU_OP_SELECT ? in->c : in->b};
       for (int k = 0; k < 3; k++) {
         if (ops[k] == in->dst && step[ops[k]] == 0 && val[ops[k]] == dst) {
@@ -63,7 +76,7 @@ static void run_instrs(const program_ctx *c, float (*regs)[PROGRAM_BLOCK], const
         }
       }
     }
-    if (special_op(in->op)) {
+    if (kind == SPECIAL) {
       int64_t st = step[in->a];
       if (in->op == TPU_OP_COMPARE || in->op == TPU_OP_SELECT) st |= step[in->b];
       if (in->op == TPU_OP_SELECT) st |= step[in->c];
@@ -73,24 +86,30 @@ static void run_instrs(const program_ctx *c, float (*regs)[PROGRAM_BLOCK], const
       val[in->dst] = dst;
       continue;
     }
-    bool unary = tpu_op_family(in->op) == TPU_FAMILY_UNARY;
     bool vector = unary ? step[in->a] : (step[in->a] | step[in->b]);
     if (j == c->last && direct && vector) {
       dst = direct;
-      if (stream && unary && tpu_vec_unary_has(in->op) && step[in->a]) {
+      if (stream && kind == UNARY_VEC && step[in->a]) {
         c->v->unary_f32_stream(in->op, val[in->a], dst, m);
         step[in->dst] = 1;
         val[in->dst] = dst;
         continue;
       }
-      if (stream && !unary && tpu_vec_binary_has(in->op)) {
+      if (stream && kind == BINARY_VEC) {
         c->v->binary_f32_stream(in->op, val[in->a], step[in->a], val[in->b], step[in->b], dst, m);
         step[in->dst] = 1;
         val[in->dst] = dst;
         continue;
       }
     }
-    if (unary) {
+    if (kind == UNARY_VEC) {
+      step[in->dst] = step[in->a];
+      c->v->unary_f32(in->op, val[in->a], dst, step[in->a] ? m : 1);
+    } else if (kind == BINARY_VEC) {
+      step[in->dst] = step[in->a] | step[in->b];
+      c->v->binary_f32(in->op, val[in->a], step[in->a], val[in->b], step[in->b], dst,
+                       step[in->dst] ? m : 1);
+    } else if (unary) {
       step[in->dst] = step[in->a];
       tpu_ew_unary_compute(c->v, in->op, TPU_CT_F32, TPU_F32, val[in->a], dst,
                            step[in->a] ? m : 1);
@@ -374,9 +393,13 @@ tpu_status_t tpu_kernel_ew_program_stores(const tpu_ew_program_t *p, const tpu_b
   /* the final instruction may write out directly when it produces the result: nothing
    * reads registers after it, so an out that is also an input is still read first */
   int last = p->num_instrs - 1;
-  program_ctx c = {tpu_vec_ops(), p, {TPU_F32}, out->dtype,
-                   last >= 0 && p->instrs[last].dst == p->result ? last : -1, false, {TPU_F32}};
+  program_ctx c = {.v = tpu_vec_ops(), .p = p, .out_dt = out->dtype,
+                   .last = last >= 0 && p->instrs[last].dst == p->result ? last : -1};
   for (int j = 0; j < p->num_stores; j++) c.store_dt[j] = extra[j]->dtype;
+  for (int j = 0; j < p->num_instrs; j++) {
+    c.kind[j] = kind_of(p->instrs[j].op);
+    c.one_operand[j] = tpu_op_family(p->instrs[j].op) == TPU_FAMILY_UNARY;
+  }
   for (int k = 0; k <= p->num_inputs; k++) {
     tpu_dtype_t dt = k ? ins[k - 1]->dtype : out->dtype;
     if (!float32ish(dt) && !(k && dt == TPU_BOOL)) {
