@@ -33,7 +33,7 @@ typedef struct program_ctx {
   bool stream; /* the final instruction writes out with non-temporal stores */
   tpu_dtype_t store_dt[TPU_EW_PROGRAM_MAX_STORES]; /* extra outputs: operands after the inputs */
   unsigned char kind[TPU_EW_PROGRAM_MAX_INSTRS]; /* instr_kind of each instruction */
-  bool one_operand[TPU_EW_PROGRAM_MAX_INSTRS];   /* a UNARY-family op (CONVERT too) */
+  bool unary[TPU_EW_PROGRAM_MAX_INSTRS];         /* a UNARY-family op (CONVERT, IS_FINITE too) */
 } program_ctx;
 
 /* How an instruction runs, decided once per kernel call rather than once per block:
@@ -61,13 +61,13 @@ static void run_instrs(const program_ctx *c, float (*regs)[PROGRAM_BLOCK], const
   for (int j = 0; j < p->num_instrs; j++) {
     const tpu_ew_instr_t *in = &p->instrs[j];
     const unsigned char kind = c->kind[j];
-    const bool unary = kind == UNARY || kind == UNARY_VEC;
+    const bool unary = c->unary[j];
     float *dst = regs[in->dst];
     /* an operand in the destination register that holds one broadcast value while the
      * result is a vector would be overwritten before it is read again: read it from a
      * copy (dst == a with a vector a is fine: element i is read before it is written) */
     float held[3];
-    if (!c->one_operand[j]) {
+    if (!unary) {
       int ops[3] = {in->a, in->b, in->op == TPU_OP_SELECT ? in->c : in->b};
       for (int k = 0; k < 3; k++) {
         if (ops[k] == in->dst && step[ops[k]] == 0 && val[ops[k]] == dst) {
@@ -398,7 +398,7 @@ tpu_status_t tpu_kernel_ew_program_stores(const tpu_ew_program_t *p, const tpu_b
   for (int j = 0; j < p->num_stores; j++) c.store_dt[j] = extra[j]->dtype;
   for (int j = 0; j < p->num_instrs; j++) {
     c.kind[j] = kind_of(p->instrs[j].op);
-    c.one_operand[j] = tpu_op_family(p->instrs[j].op) == TPU_FAMILY_UNARY;
+    c.unary[j] = tpu_op_family(p->instrs[j].op) == TPU_FAMILY_UNARY;
   }
   for (int k = 0; k <= p->num_inputs; k++) {
     tpu_dtype_t dt = k ? ins[k - 1]->dtype : out->dtype;
