@@ -32,6 +32,7 @@
 #include "compiler/fuse.h"
 #include "compiler/plan_memory.h"
 #include "tpu/passes.h"
+#include "vtpu/kernels/ew_jit.h"
 
 /* Elements of a prologue chunk (f32: 256 KiB), so a fused reduction's operand stays in the
  * core's cache instead of being written whole. */
@@ -357,6 +358,10 @@ static tpu_status_t plan_offsets(compile_state_t *cs, size_t *out_peak, size_t *
 static void free_fused(tpu_allocator_t host, fused_t *f) {
   if (!f) return;
   tpu_allocator_free(host, f->ops);
+  tpu_ew_program_t *progs[4] = {f->pre, f->post, f->side, f->tail};
+  for (int k = 0; k < 4; k++) {
+    if (progs[k]) tpu_ew_jit_free(progs[k]->jit);
+  }
   tpu_allocator_free(host, f->pre);
   tpu_allocator_free(host, f->post);
   tpu_allocator_free(host, f->side);
@@ -443,7 +448,10 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
     *progs[k] = NULL;
     if (st != TPU_OK || fs->prog[k] < 0) continue;
     st = tpu_allocator_calloc(cs->host, 1, sizeof **progs[k], "compile", (void **)progs[k]);
-    if (st == TPU_OK) **progs[k] = cs->plan.progs[fs->prog[k]];
+    if (st == TPU_OK) {
+      **progs[k] = cs->plan.progs[fs->prog[k]];
+      (*progs[k])->jit = tpu_ew_jit_new(*progs[k]); /* NULL: interpreted */
+    }
   }
   if (st == TPU_OK) {
     const fuse_group_t *host = &cs->plan.groups[fs->group];

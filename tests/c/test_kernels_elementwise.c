@@ -1285,6 +1285,42 @@ TEST(ew_program_long_rows_load_every_input_kind) {
   free(ref);
 }
 
+/* A register that holds one broadcast value and is then overwritten by a vector result of
+ * it (r2 = k * k, one value; r2 = r2 - x for every x; r2 = pow(r2, x)): each op must read
+ * its broadcast operand as one value (a bug read it as a vector of garbage past the value),
+ * for the vec.h ops and the scalar ones. Against the unfused kernels; each table in turn. */
+TEST(ew_program_vector_result_over_broadcast_operand) {
+  enum { N = 1500 };
+  static const tpu_ew_program_t prog = {
+      .num_inputs = 2, .num_instrs = 4,
+      .instrs = {{TPU_OP_MUL, 2, 1, 1}, {TPU_OP_SUB, 2, 2, 0}, {TPU_OP_MUL, 3, 1, 1},
+                 {TPU_OP_POW, 3, 3, 2}},
+      .result = 3};
+  float *x = malloc(N * 4), *o = malloc(N * 4), *t = malloc(N * 4), *ref = malloc(N * 4);
+  float k = 1.25f, kk = 0.0f;
+  for (int i = 0; i < N; i++) x[i] = (float)(i % 11) / 4.0f - 1.0f;
+  tpu_buf_t bx = vec1(x, TPU_F32, N), bk = vec1(&k, TPU_F32, N), bo = vec1(o, TPU_F32, N);
+  tpu_buf_t bt = vec1(t, TPU_F32, N), br = vec1(ref, TPU_F32, N);
+  bk.strides[0] = 0;
+  tpu_buf_t bkk = dense(&kk, TPU_F32, 0, NULL), bk0 = dense(&k, TPU_F32, 0, NULL);
+  const tpu_buf_t *ins[2] = {&bx, &bk};
+  for (int isa = 0; isa < TPU_ISA_COUNT; isa++) {
+    const tpu_vec_ops_t *v = tpu_vec_ops_for((tpu_isa_t)isa);
+    if (!v) continue;
+    tpu_vec_ops_force(v);
+    CHECK_OK(tpu_kernel_binary(TPU_OP_MUL, &bk0, &bk0, &bkk, g_pool));
+    CHECK_OK(tpu_kernel_binary(TPU_OP_SUB, &bkk, &bx, &bt, g_pool));
+    CHECK_OK(tpu_kernel_binary(TPU_OP_POW, &bkk, &bt, &br, g_pool));
+    CHECK_OK(tpu_kernel_ew_program(&prog, ins, &bo, g_pool));
+    CHECK(count_diffs("vector result over a broadcast operand", &bo, &br, 0) == 0);
+  }
+  tpu_vec_ops_force(NULL);
+  free(x);
+  free(o);
+  free(t);
+  free(ref);
+}
+
 /* A rows x cols buffer of |dt| at |mem| stored column by column. */
 static tpu_buf_t column_major(void *mem, tpu_dtype_t dt, const int64_t dims[2]) {
   tpu_buf_t b = dense(mem, dt, 2, dims);
@@ -1444,6 +1480,7 @@ int main(void) {
   RUN(ew_program_fuses_chains);
   RUN(ew_program_stores_extra_outputs);
   RUN(ew_program_long_rows_load_every_input_kind);
+  RUN(ew_program_vector_result_over_broadcast_operand);
   RUN(large_outputs_stream);
   RUN(bad_arguments_name_the_kernel);
   tpu_pool_destroy(g_pool);

@@ -18,12 +18,14 @@
 #include <math.h>
 
 #include "vtpu/kernels/ew.h"
+#include "vtpu/kernels/ew_jit.h"
 
 #define KERNEL "kernel_ew_program"
 /* Elements per block: registers of 4 KiB, so that the few a chain uses stay in L1 while an
  * instruction's dispatch is paid once per 1024 elements (bench/kernels_fused_rows.c: 512
  * made the layer norm and softmax rows 15-30% slower, 2048 slower still, out of L1). */
 #define PROGRAM_BLOCK 1024
+_Static_assert(PROGRAM_BLOCK == TPU_EW_JIT_BLOCK, "the JIT's scratch blocks are the registers'");
 
 typedef struct program_ctx {
   const tpu_vec_ops_t *v;
@@ -34,6 +36,7 @@ typedef struct program_ctx {
   tpu_dtype_t store_dt[TPU_EW_PROGRAM_MAX_STORES]; /* extra outputs: operands after the inputs */
   unsigned char kind[TPU_EW_PROGRAM_MAX_INSTRS]; /* instr_kind of each instruction */
   bool unary[TPU_EW_PROGRAM_MAX_INSTRS];         /* a UNARY-family op (CONVERT, IS_FINITE too) */
+  tpu_ew_jit_t *jit; /* the program's machine code (ew_jit.h), when it reproduces c->v */
 } program_ctx;
 
 /* How an instruction runs, decided once per kernel call rather than once per block:
@@ -86,40 +89,48 @@ static void run_instrs(const program_ctx *c, float (*regs)[PROGRAM_BLOCK], const
       val[in->dst] = dst;
       continue;
     }
-    bool vector = unary ? step[in->a] : (step[in->a] | step[in->b]);
-    if (j == c->last && direct && vector) {
-      dst = direct;
-      if (stream && kind == UNARY_VEC && step[in->a]) {
-        c->v->unary_f32_stream(in->op, val[in->a], dst, m);
-        step[in->dst] = 1;
-        val[in->dst] = dst;
-        continue;
-      }
-      if (stream && kind == BINARY_VEC) {
-        c->v->binary_f32_stream(in->op, val[in->a], step[in->a], val[in->b], step[in->b], dst, m);
-        step[in->dst] = 1;
-        val[in->dst] = dst;
-        continue;
-      }
-    }
-    if (kind == UNARY_VEC) {
-      step[in->dst] = step[in->a];
-      c->v->unary_f32(in->op, val[in->a], dst, step[in->a] ? m : 1);
-    } else if (kind == BINARY_VEC) {
-      step[in->dst] = step[in->a] | step[in->b];
-      c->v->binary_f32(in->op, val[in->a], step[in->a], val[in->b], step[in->b], dst,
-                       step[in->dst] ? m : 1);
-    } else if (unary) {
-      step[in->dst] = step[in->a];
-      tpu_ew_unary_compute(c->v, in->op, TPU_CT_F32, TPU_F32, val[in->a], dst,
-                           step[in->a] ? m : 1);
-    } else {
-      step[in->dst] = step[in->a] | step[in->b];
-      tpu_ew_binary_compute(c->v, in->op, TPU_CT_F32, TPU_F32, val[in->a], step[in->a],
-                            val[in->b], step[in->b], dst, step[in->dst] ? m : 1);
-    }
+    /* the operands, read before the destination is set (it may be one of them) */
+    const float *va = val[in->a], *vb = unary ? NULL : val[in->b];
+    const int64_t sa = step[in->a], sb = unary ? 0 : step[in->b], sd = sa | sb;
+    if (j == c->last && direct && sd) dst = direct;
+    step[in->dst] = sd;
     val[in->dst] = dst;
+    if (stream && dst == direct && kind == UNARY_VEC) {
+      c->v->unary_f32_stream(in->op, va, dst, m);
+    } else if (stream && dst == direct && kind == BINARY_VEC) {
+      c->v->binary_f32_stream(in->op, va, sa, vb, sb, dst, m);
+    } else if (kind == UNARY_VEC) {
+      c->v->unary_f32(in->op, va, dst, sd ? m : 1);
+    } else if (kind == BINARY_VEC) {
+      c->v->binary_f32(in->op, va, sa, vb, sb, dst, sd ? m : 1);
+    } else if (unary) {
+      tpu_ew_unary_compute(c->v, in->op, TPU_CT_F32, TPU_F32, va, dst, sd ? m : 1);
+    } else {
+      tpu_ew_binary_compute(c->v, in->op, TPU_CT_F32, TPU_F32, va, sa, vb, sb, dst,
+                            sd ? m : 1);
+    }
   }
+}
+
+/* The program's machine code for inputs with these steps (0: one value), or NULL. */
+static const tpu_ew_jit_code_t *jit_code(const program_ctx *c, const int64_t *step) {
+  if (!c->jit) return NULL;
+  uint32_t uniform = 0;
+  for (int k = 0; k < c->p->num_inputs; k++) uniform |= (step[k] == 0 ? 1u : 0u) << k;
+  return tpu_ew_jit_code(c->jit, uniform);
+}
+
+/* Runs |code| over m elements: inputs and constants at val (as run_instrs has them), the
+ * result to outs[0] and store j to outs[1 + j] (m floats each); |scratch|: the registers'
+ * blocks. */
+static void jit_call(const program_ctx *c, const tpu_ew_jit_code_t *code, const float *const *val,
+                     float *const *outs, float (*scratch)[PROGRAM_BLOCK], int64_t m) {
+  tpu_ew_jit_args_t a;
+  for (int r = 0; r < c->p->num_inputs + c->p->num_consts; r++) a.in[r] = val[r];
+  for (int o = 0; o <= c->p->num_stores; o++) a.out[o] = outs[o];
+  a.scratch = scratch[0];
+  tpu_ew_jit_set_count(&a, m);
+  code->fn(&a);
 }
 
 static void set_consts(const tpu_ew_program_t *p, const float **val, int64_t *step) {
@@ -135,20 +146,39 @@ static void program_row(const program_ctx *c, char *const *ptrs, const int64_t *
                         int64_t n) {
   const tpu_ew_program_t *p = c->p;
   const bool out_direct = c->out_dt == TPU_F32 && strides[0] == 4;
-  float regs[TPU_EW_PROGRAM_MAX_REGS][PROGRAM_BLOCK];
-  float loaded[TPU_EW_PROGRAM_MAX_INPUTS][PROGRAM_BLOCK]; /* inputs not read in place */
+  _Alignas(64) float regs[TPU_EW_PROGRAM_MAX_REGS][PROGRAM_BLOCK];
+  /* inputs not read in place */
+  _Alignas(64) float loaded[TPU_EW_PROGRAM_MAX_INPUTS][PROGRAM_BLOCK];
   const float *val[TPU_EW_PROGRAM_MAX_REGS]; /* where each register's values are */
   int64_t step[TPU_EW_PROGRAM_MAX_REGS];
   set_consts(p, val, step);
+  /* machine code: where every input is f32 read in place and every output f32 written in
+   * place, the whole row in one call (no blocks); else block by block, like the
+   * interpreter (streamed outputs stay with the interpreter's non-temporal stores) */
+  bool in_place = true;
+  for (int k = 0; k < p->num_inputs; k++) {
+    step[k] = strides[k + 1] != 0;
+    in_place &= c->in_dt[k] == TPU_F32 && (strides[k + 1] == 0 || strides[k + 1] == 4);
+  }
+  float *outs[1 + TPU_EW_PROGRAM_MAX_STORES]; /* where the machine code puts each output */
+  /* the outputs machine code cannot write in place */
+  _Alignas(64) float outb[1 + TPU_EW_PROGRAM_MAX_STORES][PROGRAM_BLOCK];
+  bool outs_direct = out_direct;
+  for (int j = 0; j < p->num_stores; j++) {
+    const int k = 1 + p->num_inputs + j;
+    outs_direct &= c->store_dt[j] == TPU_F32 && strides[k] == 4;
+  }
+  const tpu_ew_jit_code_t *code = c->stream ? NULL : jit_code(c, step);
+  const int64_t block = code && !code->blocked && in_place && outs_direct ? n : PROGRAM_BLOCK;
   /* streaming: a short first block brings the output to a 64-byte boundary, so no cache
    * line is written partly with streaming and partly with regular stores */
-  int64_t first = PROGRAM_BLOCK;
+  int64_t first = block;
   if (c->stream && out_direct && (uintptr_t)ptrs[0] % 64) {
     first = (int64_t)((64 - (uintptr_t)ptrs[0] % 64) % 64) / 4;
   }
   for (int64_t i = 0, m; i < n; i += m) {
-    m = i ? PROGRAM_BLOCK : first;
-    if (m == 0) m = PROGRAM_BLOCK;
+    m = i ? block : first;
+    if (m == 0) m = block;
     if (m > n - i) m = n - i;
     for (int k = 0; k < p->num_inputs; k++) {
       int64_t s = strides[k + 1];
@@ -161,6 +191,21 @@ static void program_row(const program_ctx *c, char *const *ptrs, const int64_t *
       /* converted (bool predicates as 0.0 / 1.0) */
       tpu_ew_program_load_row(c->v, src, s, c->in_dt[k], loaded[k], s ? m : 1);
       val[k] = loaded[k];
+    }
+    if (code) { /* outputs in place where f32 and contiguous, else through blocks */
+      outs[0] = out_direct ? (float *)(void *)(ptrs[0] + i * 4) : outb[0];
+      for (int j = 0; j < p->num_stores; j++) {
+        const int k = 1 + p->num_inputs + j;
+        const bool direct = c->store_dt[j] == TPU_F32 && strides[k] == 4;
+        outs[1 + j] = direct ? (float *)(void *)(ptrs[k] + i * 4) : outb[1 + j];
+      }
+      jit_call(c, code, val, outs, regs, m);
+      for (int o = 0; o <= p->num_stores; o++) {
+        const int k = o ? 1 + p->num_inputs + o - 1 : 0;
+        const tpu_dtype_t dt = o ? c->store_dt[o - 1] : c->out_dt;
+        tpu_ew_store(c->v, TPU_CT_F32, outs[o], 1, ptrs[k] + i * strides[k], strides[k], dt, m);
+      }
+      continue;
     }
     run_instrs(c, regs, val, step, m, out_direct ? (float *)(void *)(ptrs[0] + i * 4) : NULL,
                c->stream);
@@ -200,8 +245,9 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
   const int64_t so = seg->strides[0], oo = seg->outer[0];
   const bool out_dense = oo == n * so; /* out's rows follow each other */
   const bool out_direct = c->out_dt == TPU_F32 && so == 4 && out_dense;
-  float regs[TPU_EW_PROGRAM_MAX_REGS][PROGRAM_BLOCK];
-  float loaded[TPU_EW_PROGRAM_MAX_INPUTS][PROGRAM_BLOCK];
+  _Alignas(64) float regs[TPU_EW_PROGRAM_MAX_REGS][PROGRAM_BLOCK];
+  _Alignas(64) float loaded[TPU_EW_PROGRAM_MAX_INPUTS][PROGRAM_BLOCK];
+  _Alignas(64) float outb[1 + TPU_EW_PROGRAM_MAX_STORES][PROGRAM_BLOCK]; /* machine code's */
   const float *val[TPU_EW_PROGRAM_MAX_REGS];
   int64_t step[TPU_EW_PROGRAM_MAX_REGS];
   /* an input that is one row for every row (a layer norm's weight): its block is the same
@@ -244,6 +290,20 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
       }
     }
     char *dst = seg->ptrs[0] + r0 * oo;
+    const tpu_ew_jit_code_t *code = jit_code(c, step);
+    if (code) { /* machine code: every output through a block (the result in place if it can) */
+      float *outs[1 + TPU_EW_PROGRAM_MAX_STORES];
+      outs[0] = out_direct ? (float *)(void *)dst : outb[0];
+      for (int j = 0; j < p->num_stores; j++) outs[1 + j] = outb[1 + j];
+      jit_call(c, code, val, outs, regs, m);
+      store_rows(c, outs[0], 1, dst, so, oo, c->out_dt, g, n);
+      for (int j = 0; j < p->num_stores; j++) {
+        int k = 1 + p->num_inputs + j;
+        store_rows(c, outs[1 + j], 1, seg->ptrs[k] + r0 * seg->outer[k], seg->strides[k],
+                   seg->outer[k], c->store_dt[j], g, n);
+      }
+      continue;
+    }
     run_instrs(c, regs, val, step, m, out_direct ? (float *)(void *)dst : NULL, false);
     store_rows(c, val[p->result], step[p->result], dst, so, oo, c->out_dt, g, n);
     for (int j = 0; j < p->num_stores; j++) {
@@ -395,6 +455,7 @@ tpu_status_t tpu_kernel_ew_program_stores(const tpu_ew_program_t *p, const tpu_b
   int last = p->num_instrs - 1;
   program_ctx c = {.v = tpu_vec_ops(), .p = p, .out_dt = out->dtype,
                    .last = last >= 0 && p->instrs[last].dst == p->result ? last : -1};
+  c.jit = c.v->isa == TPU_ISA_AVX512 ? p->jit : NULL;
   for (int j = 0; j < p->num_stores; j++) c.store_dt[j] = extra[j]->dtype;
   for (int j = 0; j < p->num_instrs; j++) {
     c.kind[j] = kind_of(p->instrs[j].op);

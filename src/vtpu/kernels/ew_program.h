@@ -56,6 +56,7 @@ typedef struct tpu_ew_program {
   int result;                               /* the register stored to out */
   int num_stores;                           /* 0 .. TPU_EW_PROGRAM_MAX_STORES */
   int8_t stores[TPU_EW_PROGRAM_MAX_STORES]; /* registers also stored to extra outputs */
+  struct tpu_ew_jit *jit; /* machine code for it (ew_jit.h; the owner frees it), or NULL */
 } tpu_ew_program_t;
 
 /* TPU_OK if |p| is well formed (sizes, ops, registers written before read), else the error
