@@ -18,6 +18,7 @@
 #include "check.h"
 #include "kernel_util.h"
 #include "tpu/kernels.h"
+#include "tpu/threadpool.h"
 #include "vtpu/kernels/ew_jit.h"
 #include "vtpu/kernels/ew_program.h"
 #include "vtpu/kernels/ew_scalar.h"
@@ -280,6 +281,49 @@ TEST(jit_packed_short_rows_match_interpreter) {
   CHECK(bad == 0);
 }
 
+/* EXP is emitted inline (the vec.h exp's instructions): over a sweep of 2^20 bit patterns
+ * spanning every exponent, both signs, infinities and NaNs, as the vec.h loop. */
+TEST(jit_inline_exp_matches_vec_loop_everywhere) {
+  if (!have_jit()) return;
+  enum { N = 1 << 20 };
+  static const tpu_ew_program_t prog = {.num_inputs = 1, .num_instrs = 1,
+                                        .instrs = {{TPU_OP_EXP, 1, 0}}, .result = 1};
+  float *x = malloc(N * 4), *want = malloc(N * 4), *got = malloc(N * 4);
+  if (!x || !want || !got) {
+    CHECK(!"out of memory");
+    free(x);
+    free(want);
+    free(got);
+    return;
+  }
+  for (uint32_t i = 0; i < N; i++) {
+    uint32_t u = i * 4099u + (i >> 9); /* 4099 * 2^20 wraps the 32-bit range once */
+    memcpy(&x[i], &u, 4);
+  }
+  tpu_ew_program_t p = prog;
+  const int64_t dims[1] = {N}, unit[1] = {1};
+  tpu_buf_t bx = kernel_view(x, TPU_F32, 1, dims, unit);
+  tpu_buf_t bw = kernel_view(want, TPU_F32, 1, dims, unit);
+  tpu_buf_t bg = kernel_view(got, TPU_F32, 1, dims, unit);
+  const tpu_buf_t *ins[1] = {&bx};
+  CHECK_OK(tpu_kernel_unary(TPU_OP_EXP, &bx, &bw, NULL));
+  p.jit = tpu_ew_jit_new(&p);
+  CHECK(p.jit != NULL);
+  CHECK_OK(tpu_kernel_ew_program(&p, ins, &bg, NULL));
+  tpu_ew_jit_free(p.jit);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < N; i++) {
+    if (!same_bits(want[i], got[i]) && bad++ == 0) {
+      fprintf(stderr, "  exp(%a): vec.h %a, jit %a\n", (double)x[i], (double)want[i],
+              (double)got[i]);
+    }
+  }
+  CHECK(bad == 0);
+  free(x);
+  free(want);
+  free(got);
+}
+
 /* Every input broadcast over everything: the whole program runs before the loop. */
 TEST(jit_all_uniform_inputs_match_interpreter) {
   if (!have_jit()) return;
@@ -348,6 +392,52 @@ TEST(jit_generates_code_per_broadcast_set) {
   tpu_ew_jit_free(j);
 }
 
+/* A pool of 4 threads splits one call of a new program's JIT: every thread asks for the
+ * same variant at once; one generates it, the others wait for it and run it (results as
+ * the interpreter's, one thread). Then again with more broadcast sets than a program keeps
+ * variants for (8): the ones beyond are interpreted, with the same results. */
+TEST(jit_threads_share_variants) {
+  if (!have_jit()) return;
+  tpu_pool_t *pool = NULL;
+  CHECK_OK(tpu_pool_create(4, tpu_allocator_system(), &pool));
+  if (!pool) return;
+  static const tpu_ew_program_t prog = {
+      .num_inputs = 8, .num_consts = 1, .consts = {0.5f}, .num_instrs = 8,
+      .instrs = {{TPU_OP_MUL, 9, 0, 8}, {TPU_OP_ADD, 9, 9, 1}, {TPU_OP_EXP, 10, 2},
+                 {TPU_OP_SUB, 9, 9, 10}, {TPU_OP_MAX, 9, 9, 3}, {TPU_OP_MUL, 10, 4, 5},
+                 {TPU_OP_ADD, 9, 9, 10}, {TPU_OP_DIV, 9, 9, 6}},
+      .result = 9};
+  enum { N = 37 * 3000 };
+  int64_t bad = 0;
+  tpu_ew_jit_t *jit = tpu_ew_jit_new(&prog);
+  CHECK(jit != NULL);
+  for (uint32_t set = 0; set < 12; set++) { /* inputs 0..3 broadcast as the bits of set */
+    tpu_ew_program_t p = prog;
+    layout_t l = {.rows = 37, .n = 3000, .out_dt = TPU_F32};
+    for (int k = 0; k < 8; k++) l.kind[k] = (k < 4 && (set >> k & 1)) ? IN_SCALAR : IN_F32;
+    uint64_t seed = rnd();
+    run(&p, &l, seed, &g_a);
+    p.jit = jit;
+    /* the same call through the pool */
+    const int64_t dims[2] = {37, 3000}, dense[2] = {3000, 1};
+    tpu_buf_t ins[8], out = kernel_view(g_b.out, TPU_F32, 2, dims, dense);
+    const tpu_buf_t *inp[8];
+    uint64_t st = seed;
+    for (int k = 0; k < 8; k++) {
+      for (int64_t i = 0; i < 2 * N; i++) g_b.in[k][i] = rnd_val(&st);
+      const int64_t s[2] = {l.kind[k] == IN_SCALAR ? 0 : 3000, l.kind[k] == IN_SCALAR ? 0 : 1};
+      ins[k] = kernel_view(g_b.in[k], TPU_F32, 2, dims, s);
+      inp[k] = &ins[k];
+    }
+    CHECK_OK(tpu_kernel_ew_program(&p, inp, &out, pool));
+    bad += compare("pool", &p, &l, &g_a, &g_b) ? 1 : 0;
+    CHECK((tpu_ew_jit_code(jit, set) != NULL) == (set < 8)); /* 8 variants kept */
+  }
+  tpu_ew_jit_free(jit);
+  CHECK(bad == 0);
+  tpu_pool_destroy(pool);
+}
+
 TEST(jit_off_with_env) {
   const tpu_ew_program_t neg = {.num_inputs = 1, .num_instrs = 1,
                                 .instrs = {{TPU_OP_NEG, 1, 0}}, .result = 1};
@@ -367,9 +457,11 @@ int main(void) {
   }
   RUN(jit_long_rows_match_interpreter);
   RUN(jit_packed_short_rows_match_interpreter);
+  RUN(jit_inline_exp_matches_vec_loop_everywhere);
   RUN(jit_all_uniform_inputs_match_interpreter);
   RUN(jit_store_in_place_matches_interpreter);
   RUN(jit_generates_code_per_broadcast_set);
+  RUN(jit_threads_share_variants);
   RUN(jit_off_with_env);
   free_mem(&g_a);
   free_mem(&g_b);

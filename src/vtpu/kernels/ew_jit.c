@@ -10,15 +10,18 @@
  *              a zmm register in the loops (a program reuses registers, so the register an
  *              early uniform value had may hold a vector later)
  *   stages     the other instructions, split after each one that is not inline (a call);
- *              per stage a loop over the vectors: rbp = byte offset, k1 = its lanes; an
- *              operand is loaded into zmm8 + register when first read in the stage (from
- *              the input, or from the register's scratch block if an earlier stage or call
- *              wrote it); a value read by a later stage or a call is also stored to its
- *              scratch block; the last stage stores the result and the stores. After each
- *              full-length loop the same body runs once more on the last m % 16 lanes
- *              (masked loads read nothing past them, masked stores write nothing past them).
- *              Between stages: tpu_ew_jit_call_block(call, args, frame).
- * Scratch: zmm3..zmm5 (uniform operands), zmm6, zmm7 (inside one op); k2, k3 (compares).
+ *              per stage a loop over the whole vectors (rbp = byte offset): an operand is
+ *              loaded into zmm8 + register when first read in the stage (from the input,
+ *              or from the register's scratch block if an earlier stage or call wrote it);
+ *              a value read by a later stage or a call is also stored to its scratch block;
+ *              the last stage stores the result and the stores. Then the same body once
+ *              more on the last m % 16 lanes, k1 (masked loads read nothing past them,
+ *              masked stores write nothing past them; whole vectors go unmasked, which is
+ *              faster on some CPUs). Between stages: tpu_ew_jit_call_block(call, args,
+ *              frame).
+ * Scratch: zmm0..zmm2, zmm6, zmm7 (inside one op), zmm3..zmm5 (uniform operands); k2, k3
+ * (compares). exp's constants live in the zmm of program registers the program does not
+ * use, when there are enough of them, loaded before each loop that has an exp.
  */
 #include "vtpu/kernels/ew_jit.h"
 
@@ -29,6 +32,7 @@
 
 #include "vtpu/kernels/ew.h"
 #include "vtpu/kernels/jit_x86.h"
+#include "vtpu/kernels/vec_exp_consts.h"
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
 #define EW_JIT_AVAILABLE 1
@@ -46,14 +50,15 @@
 void tpu_ew_jit_set_count(tpu_ew_jit_args_t *args, int64_t m) {
   args->m = m;
   args->full_bytes = (m / 16) * 64;
-  args->full_mask = 0xffff;
   args->tail_mask = (1u << (m % 16)) - 1;
 }
 
 #if EW_JIT_AVAILABLE
 
-/* bit patterns broadcast by inline ops */
-enum { POOL_ABS, POOL_SIGN, POOL_ONE, POOL_INF, POOL_SIZE };
+/* the bit patterns inline ops broadcast: masks, and f32 constants (exp: vec_exp_consts.h) */
+enum { POOL_ABS, POOL_SIGN, POOL_ONE, POOL_INF, POOL_EXP_HI, POOL_EXP_LO, POOL_EXP_MAGIC,
+       POOL_EXP_LOG2E, POOL_EXP_LN2_HI, POOL_EXP_LN2_LO, POOL_EXP_P0, POOL_EXP_P1,
+       POOL_EXP_P2, POOL_EXP_P3, POOL_EXP_P4, POOL_SIZE };
 
 typedef struct variant {
   uint32_t uniform;
@@ -128,7 +133,7 @@ static bool is_inline(tpu_op_t op) {
   switch (op) {
     case TPU_OP_ADD: case TPU_OP_SUB: case TPU_OP_MUL: case TPU_OP_DIV: case TPU_OP_MAX:
     case TPU_OP_MIN: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_NEG: case TPU_OP_ABS:
-    case TPU_OP_COMPARE: case TPU_OP_SELECT: case TPU_OP_IS_FINITE:
+    case TPU_OP_COMPARE: case TPU_OP_SELECT: case TPU_OP_IS_FINITE: case TPU_OP_EXP:
       return true;
     default:
       return false;
@@ -152,10 +157,55 @@ static void emit_predicate(x86_buf_t *b, const tpu_ew_jit_t *j, int d) {
   x86_evex(b, X86_MAP_0F, X86_PP_NONE, 0x28, d, -1, x86_zmm(ZU), 2, true);
 }
 
+/* the FMA-family ops of map 0F38 (66, W0): dst = f(dst, s1, rm) */
+enum { VFMADD213 = 0xa8, VFMADD231 = 0xb8, VFNMADD231 = 0xbc, VSCALEF = 0x2c };
+static void op38(x86_buf_t *b, uint8_t opc, int dst, int s1, x86_rm_t rm) {
+  x86_evex(b, X86_MAP_0F38, X86_PP_66, opc, dst, s1, rm, 0, false);
+}
+
+/* d = e^a as vec_impl.h's v_exp computes it, instruction for instruction (rounding after
+ * each, one rounding per FMA). Constant |which| of the pool is in zmm creg[which] when that
+ * is >= 0 (loaded before the loop by load_consts), else read as a {1to16} operand. */
+static void emit_exp(x86_buf_t *b, const tpu_ew_jit_t *j, const int *creg, int d, int a) {
+  enum { XC = 0, NF = 1, R = 2, P = ZT, RR = ZU };
+  x86_mov_imm64(b, X86_RAX, (uint64_t)(uintptr_t)j->pool);
+#define C(w) (creg[w] >= 0 ? x86_zmm(creg[w]) : x86_mem_bcst(X86_RAX, (int32_t)(4 * (w))))
+#define SET(z, w)                                                                         \
+  do {                                                                                    \
+    if (creg[w] >= 0) move(b, z, creg[w]);                                                \
+    else x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x18, z, -1,                                \
+                  x86_mem(X86_RAX, -1, (int32_t)(4 * (w))), 0, false);                    \
+  } while (0)
+  SET(XC, POOL_EXP_LO);
+  op3(b, X86_PP_NONE, 0x5f, XC, XC, a, 0); /* max(LO, x): x if NaN */
+  SET(NF, POOL_EXP_HI);
+  op3(b, X86_PP_NONE, 0x5d, XC, NF, XC, 0); /* xc = min(HI, .) */
+  SET(NF, POOL_EXP_MAGIC);
+  op38(b, VFMADD231, NF, XC, C(POOL_EXP_LOG2E)); /* t = xc log2e + magic */
+  x86_evex(b, X86_MAP_0F, X86_PP_NONE, 0x5c, NF, NF, C(POOL_EXP_MAGIC), 0, false); /* nf */
+  move(b, R, XC);
+  op38(b, VFNMADD231, R, NF, C(POOL_EXP_LN2_HI)); /* r = xc - nf ln2_hi */
+  op38(b, VFNMADD231, R, NF, C(POOL_EXP_LN2_LO)); /* r -= nf ln2_lo */
+  SET(P, POOL_EXP_P0);
+  op38(b, VFMADD213, P, R, C(POOL_EXP_P1)); /* p = p r + P1 */
+  op38(b, VFMADD213, P, R, C(POOL_EXP_P2));
+  op38(b, VFMADD213, P, R, C(POOL_EXP_P3));
+  op38(b, VFMADD213, P, R, C(POOL_EXP_P4));
+  op3(b, X86_PP_NONE, 0x59, RR, R, R, 0);       /* r^2 */
+  op38(b, VFMADD213, P, RR, x86_zmm(R));        /* p r^2 + r */
+  x86_evex(b, X86_MAP_0F, X86_PP_NONE, 0x58, P, P, C(POOL_ONE), 0, false); /* + 1 */
+  op38(b, VSCALEF, d, P, x86_zmm(NF));          /* y 2^nf */
+#undef SET
+#undef C
+}
+
+/* The pool constants exp reads (POOL_ONE and the exp entries). */
+static bool exp_const(int w) { return w == POOL_ONE || w >= POOL_EXP_HI; }
+
 /* d = op(a, c, e) for an inline op; d may be any of the operands (each is read before d is
  * written) */
-static void emit_inline(x86_buf_t *b, const tpu_ew_jit_t *j, const tpu_ew_instr_t *in, int d,
-                        int a, int c, int e) {
+static void emit_inline(x86_buf_t *b, const tpu_ew_jit_t *j, const int *creg,
+                        const tpu_ew_instr_t *in, int d, int a, int c, int e) {
   static const uint8_t kCmp[] = {CMP_EQ_OQ, CMP_NEQ_UQ, CMP_LT_OQ, CMP_LE_OQ, CMP_GT_OQ,
                                  CMP_GE_OQ};
   switch (in->op) {
@@ -190,6 +240,7 @@ static void emit_inline(x86_buf_t *b, const tpu_ew_jit_t *j, const tpu_ew_instr_
       cmp(b, 2, a, c, kCmp[in->aux]);
       emit_predicate(b, j, d);
       return;
+    case TPU_OP_EXP: emit_exp(b, j, creg, d, a); return;
     default: /* SELECT: a != 0 (true on NaN, as C's !=) ? c : e (vblendmps takes k ? rm : vvvv) */
       op3(b, X86_PP_66, 0xef, ZU, ZU, ZU, 0); /* vpxord: 0.0 */
       cmp(b, 2, a, ZU, CMP_NEQ_UQ);
@@ -227,6 +278,8 @@ typedef struct gen {
   int out_def[1 + TPU_EW_PROGRAM_MAX_STORES];
   bool out_by_call[1 + TPU_EW_PROGRAM_MAX_STORES]; /* written by the call that computes it */
   int num_out;
+  int creg[POOL_SIZE];       /* the zmm holding pool constant w in the loops, or -1 */
+  int no_creg[POOL_SIZE];    /* all -1: constants from memory (the preheader) */
 } gen_t;
 
 static bool is_call(const gen_t *g, int j) {
@@ -299,6 +352,42 @@ static void analyse(gen_t *g, uint32_t uniform) {
   }
 }
 
+/* Gives exp's constants the zmm registers of program registers the program never uses, if
+ * there are enough (exp then reads no memory but its operand). */
+static void assign_consts(gen_t *g) {
+  const tpu_ew_program_t *p = g->p;
+  bool used[REGS] = {false};
+  for (int r = 0; r < p->num_inputs + p->num_consts; r++) used[r] = true;
+  for (int j = 0; j < p->num_instrs; j++) used[p->instrs[j].dst] = true;
+  int free_regs[REGS], nfree = 0, need = 0;
+  for (int r = 0; r < REGS; r++) {
+    if (!used[r]) free_regs[nfree++] = r;
+  }
+  for (int w = 0; w < POOL_SIZE; w++) {
+    g->creg[w] = g->no_creg[w] = -1;
+    need += exp_const(w);
+  }
+  if (nfree < need) return;
+  for (int w = 0, i = 0; w < POOL_SIZE; w++) {
+    if (exp_const(w)) g->creg[w] = Z(free_regs[i++]);
+  }
+}
+
+/* Before a stage's loop: the constants its EXPs read, into their registers. */
+static void load_consts(gen_t *g, int s) {
+  bool any = false;
+  for (int j = 0; j < g->p->num_instrs; j++) {
+    any |= !g->uni[j] && g->stage[j] == s && g->p->instrs[j].op == TPU_OP_EXP;
+  }
+  if (!any || g->creg[POOL_ONE] < 0) return;
+  x86_mov_imm64(&g->b, X86_RAX, (uint64_t)(uintptr_t)g->j->pool);
+  for (int w = 0; w < POOL_SIZE; w++) {
+    if (g->creg[w] < 0) continue;
+    x86_evex(&g->b, X86_MAP_0F38, X86_PP_66, 0x18, g->creg[w], -1,
+             x86_mem(X86_RAX, -1, (int32_t)(4 * w)), 0, false);
+  }
+}
+
 /* The descriptor of call j: operands from slots (uniform), inputs or scratch blocks. */
 static const tpu_ew_jit_call_t *describe_call(gen_t *g, int j) {
   const tpu_ew_instr_t *in = &g->p->instrs[j];
@@ -343,25 +432,26 @@ static void emit_preheader(gen_t *g, uint32_t uniform) {
     }
     const int n = num_operands(in->op), z[3] = {ZA, ZB, ZC};
     for (int k = 0; k < n; k++) load(b, z[k], slot(g->opnd_slot[j][k]), 0);
-    emit_inline(b, g->j, in, ZA, ZA, ZB, ZC);
+    emit_inline(b, g->j, g->no_creg, in, ZA, ZA, ZB, ZC);
     store(b, slot(SLOT_INSTR(j)), ZA, 0);
   }
 }
 
 /* Register r's vector value written by |def| (or the input) at offset rbp, into its zmm. */
-static void load_value(gen_t *g, int r, int def) {
+static void load_value(gen_t *g, int r, int def, int k) {
   x86_buf_t *b = &g->b;
   if (def == DEF_INPUT) {
     args_ptr(b, offsetof(tpu_ew_jit_args_t, in) + 8 * (size_t)r);
-    load(b, Z(r), x86_mem(X86_RAX, X86_RBP, 0), 1);
+    load(b, Z(r), x86_mem(X86_RAX, X86_RBP, 0), k);
   } else {
     args_ptr(b, offsetof(tpu_ew_jit_args_t, scratch));
-    load(b, Z(r), x86_mem(X86_RAX, X86_RBP, r * TPU_EW_JIT_BLOCK * 4), 1);
+    load(b, Z(r), x86_mem(X86_RAX, X86_RBP, r * TPU_EW_JIT_BLOCK * 4), k);
   }
 }
 
-/* One vector of stage |s| at byte offset rbp, lanes k1. */
-static void emit_body(gen_t *g, int s) {
+/* One vector of stage |s| at byte offset rbp: a whole one (k 0), or the lanes of k1 (k 1:
+ * masked loads and stores, slower on some CPUs, so only for the tail) as |mask| says. */
+static void emit_body(gen_t *g, int s, int mask) {
   x86_buf_t *b = &g->b;
   const tpu_ew_program_t *p = g->p;
   bool in_zmm[REGS] = {false}; /* the register's current value is in its zmm */
@@ -376,15 +466,15 @@ static void emit_body(gen_t *g, int s) {
         z[k] = zu[k];
         continue;
       }
-      if (!in_zmm[regs[k]]) load_value(g, regs[k], g->opnd_def[j][k]);
+      if (!in_zmm[regs[k]]) load_value(g, regs[k], g->opnd_def[j][k], mask);
       in_zmm[regs[k]] = true;
       z[k] = Z(regs[k]);
     }
-    emit_inline(b, g->j, in, Z(in->dst), z[0], z[1], z[2]);
+    emit_inline(b, g->j, g->creg, in, Z(in->dst), z[0], z[1], z[2]);
     in_zmm[in->dst] = true;
     if (g->kept[j]) {
       args_ptr(b, offsetof(tpu_ew_jit_args_t, scratch));
-      store(b, x86_mem(X86_RAX, X86_RBP, in->dst * TPU_EW_JIT_BLOCK * 4), Z(in->dst), 1);
+      store(b, x86_mem(X86_RAX, X86_RBP, in->dst * TPU_EW_JIT_BLOCK * 4), Z(in->dst), mask);
     }
   }
   if (s != g->num_stages - 1) return;
@@ -396,11 +486,11 @@ static void emit_body(gen_t *g, int s) {
       load(b, ZA, slot(g->out_slot[o]), 0);
       z = ZA;
     } else if (!in_zmm[r]) {
-      load_value(g, r, g->out_def[o]);
+      load_value(g, r, g->out_def[o], mask);
       in_zmm[r] = true;
     }
     args_ptr(b, offsetof(tpu_ew_jit_args_t, out) + 8 * (size_t)o);
-    store(b, x86_mem(X86_RAX, X86_RBP, 0), z, 1);
+    store(b, x86_mem(X86_RAX, X86_RBP, 0), z, mask);
   }
 }
 
@@ -408,14 +498,13 @@ static void emit_body(gen_t *g, int s) {
 static void emit_stage(gen_t *g, int s) {
   x86_buf_t *b = &g->b;
   const int32_t full = (int32_t)offsetof(tpu_ew_jit_args_t, full_bytes);
-  const int32_t fmask = (int32_t)offsetof(tpu_ew_jit_args_t, full_mask);
   const int32_t tmask = (int32_t)offsetof(tpu_ew_jit_args_t, tail_mask);
+  load_consts(g, s);
   x86_xor32(b, X86_RBP);
-  x86_kmovw_load(b, 1, X86_RBX, fmask);
   x86_cmp_load(b, X86_RBP, X86_RBX, full);
   size_t to_tail = x86_jcc(b, X86_JGE);
   size_t top = b->len;
-  emit_body(g, s);
+  emit_body(g, s, 0);
   x86_add_imm(b, X86_RBP, 64);
   x86_cmp_load(b, X86_RBP, X86_RBX, full);
   x86_patch(b, x86_jcc(b, X86_JL), top);
@@ -423,7 +512,7 @@ static void emit_stage(gen_t *g, int s) {
   x86_cmp_mem_zero(b, X86_RBX, tmask);
   size_t to_done = x86_jcc(b, X86_JE);
   x86_kmovw_load(b, 1, X86_RBX, tmask);
-  emit_body(g, s);
+  emit_body(g, s, 1);
   x86_patch(b, to_done, b->len);
 }
 
@@ -431,6 +520,7 @@ static void generate(gen_t *g, uint32_t uniform) {
   x86_buf_t *b = &g->b;
   const tpu_ew_program_t *p = g->p;
   analyse(g, uniform);
+  assign_consts(g);
   x86_push(b, X86_RBX);
   x86_push(b, X86_RBP);
   x86_sub_imm(b, X86_RSP, FRAME);
@@ -509,10 +599,15 @@ tpu_ew_jit_t *tpu_ew_jit_new(const tpu_ew_program_t *p) {
   }
   j->p = *p;
   j->p.jit = NULL;
+  static const float kExp[] = {TPU_EXP_HI, TPU_EXP_LO, TPU_EXP_MAGIC, TPU_EXP_LOG2E,
+                               TPU_EXP_LN2_HI, TPU_EXP_LN2_LO, TPU_EXP_P0, TPU_EXP_P1,
+                               TPU_EXP_P2, TPU_EXP_P3, TPU_EXP_P4};
+  _Static_assert(sizeof kExp / sizeof kExp[0] == POOL_SIZE - POOL_EXP_HI, "one per entry");
   j->pool[POOL_ABS] = 0x7fffffffu;
   j->pool[POOL_SIGN] = 0x80000000u;
   j->pool[POOL_ONE] = 0x3f800000u;
   j->pool[POOL_INF] = 0x7f800000u;
+  memcpy(&j->pool[POOL_EXP_HI], kExp, sizeof kExp);
   for (int i = 0; i < VARIANTS; i++) atomic_init(&j->v[i], NULL);
   return j;
 }

@@ -5,8 +5,9 @@
  * turns a program into AVX-512 loops instead: 16 elements at a time, each program register
  * in its own zmm register (registers 0..23 in zmm8..zmm31), inputs loaded and outputs
  * stored once per vector. ADD SUB MUL DIV MAX MIN SQRT RSQRT NEG ABS COMPARE SELECT
- * IS_FINITE are emitted inline, computed as the AVX-512 vec.h loops compute them. Every
- * other op (EXP, ERF, POW, CONVERT, ...) splits the loop: the code runs the instructions
+ * IS_FINITE EXP are emitted inline, computed as the AVX-512 vec.h loops compute them (exp:
+ * the same instructions, vec_exp_consts.h). Every other op (ERF, LOG, TANH, POW, CONVERT,
+ * ...) splits the loop: the code runs the instructions
  * before it over the whole block, keeping in a scratch block each value read later, calls
  * the interpreter's own loop for the op over the block (tpu_ew_jit_call_block), and goes on
  * with a loop for the instructions after it. So results equal the interpreter's with the
@@ -42,7 +43,6 @@ typedef struct tpu_ew_jit_args {
   float *out[1 + TPU_EW_PROGRAM_MAX_STORES]; /* m floats each: the result, then the stores */
   int64_t m;
   int64_t full_bytes;  /* 64 * (m / 16): the bytes of whole vectors */
-  uint64_t full_mask;  /* 0xffff (the lanes of a whole vector) */
   uint64_t tail_mask;  /* the lanes of the last m % 16 elements; 0 when there are none */
   /* blocked code: TPU_EW_PROGRAM_MAX_REGS blocks of TPU_EW_JIT_BLOCK floats, one per
    * register, for values that cross a call; m <= TPU_EW_JIT_BLOCK */

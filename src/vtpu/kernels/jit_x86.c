@@ -50,7 +50,8 @@ static void evex(x86_buf_t *b, int map, int pp, uint8_t opcode, int reg, int vvv
   p[1] = (uint8_t)((~reg >> 3 & 1) << 7 | (~rx & 1) << 6 | (~rb >> 3 & 1) << 5 |
                    (~reg >> 4 & 1) << 4 | (map & 3));
   p[2] = (uint8_t)(0 << 7 /* W0 */ | (~v & 15) << 3 | 1 << 2 | (pp & 3));
-  p[3] = (uint8_t)((zero ? 1 : 0) << 7 | 2 << 5 /* L'L = 512 */ | (~v >> 4 & 1) << 3 | (k & 7));
+  p[3] = (uint8_t)((zero ? 1 : 0) << 7 | 2 << 5 /* L'L = 512 */ | (rm.mem && rm.bcst) << 4 |
+                   (~v >> 4 & 1) << 3 | (k & 7));
   p[4] = opcode;
   size_t n = 5 + modrm(p + 5, reg, rm);
   if (imm) p[n++] = *imm;

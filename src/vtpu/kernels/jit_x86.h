@@ -29,6 +29,7 @@ typedef struct x86_buf {
 /* A zmm register or a memory operand [base + index + disp] (index < 0: none). */
 typedef struct x86_rm {
   bool mem;
+  bool bcst;        /* mem: one f32 broadcast to all 16 lanes ({1to16}, EVEX.b) */
   int reg;          /* !mem: zmm number */
   int base, index;  /* mem: integer registers (index never rsp) */
   int32_t disp;
@@ -37,6 +38,9 @@ typedef struct x86_rm {
 static inline x86_rm_t x86_zmm(int r) { return (x86_rm_t){.mem = false, .reg = r, .index = -1}; }
 static inline x86_rm_t x86_mem(int base, int index, int32_t disp) {
   return (x86_rm_t){.mem = true, .base = base, .index = index, .disp = disp};
+}
+static inline x86_rm_t x86_mem_bcst(int base, int32_t disp) {
+  return (x86_rm_t){.mem = true, .bcst = true, .base = base, .index = -1, .disp = disp};
 }
 
 /* EVEX.512 maps and prefixes */

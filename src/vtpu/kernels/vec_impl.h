@@ -43,6 +43,8 @@
  */
 #include <string.h>
 
+#include "vtpu/kernels/vec_exp_consts.h"
+
 /* ---- helpers ------------------------------------------------------------------------- */
 
 static inline vf v_abs(vf x) { return vi_as_vf(vi_and(vf_as_vi(x), vi_set(0x7fffffff))); }
@@ -54,17 +56,17 @@ static inline vf v_nan_through(vf x, vf y) { return vf_sel(vf_unord(x, x), vf_ad
 
 /* e^x for x in [-104, 89] or NaN (the callers clamp). */
 static inline vf v_exp_core(vf xc) {
-  const vf magic = vf_set(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
-  vf t = vf_fma(xc, vf_set(1.44269504088896341f), magic);
+  const vf magic = vf_set(TPU_EXP_MAGIC);
+  vf t = vf_fma(xc, vf_set(TPU_EXP_LOG2E), magic);
   vi n = vi_sub(vf_as_vi(t), vf_as_vi(magic));
   vf nf = vf_sub(t, magic);
-  vf r = vf_fnma(nf, vf_set(0.693359375f), xc);
-  r = vf_fnma(nf, vf_set(-2.12194440e-4f), r);
-  vf p = vf_set(1.382102375e-03f);
-  p = vf_fma(p, r, vf_set(8.368669078e-03f));
-  p = vf_fma(p, r, vf_set(4.166826233e-02f));
-  p = vf_fma(p, r, vf_set(1.666652113e-01f));
-  p = vf_fma(p, r, vf_set(4.999999404e-01f));
+  vf r = vf_fnma(nf, vf_set(TPU_EXP_LN2_HI), xc);
+  r = vf_fnma(nf, vf_set(TPU_EXP_LN2_LO), r);
+  vf p = vf_set(TPU_EXP_P0);
+  p = vf_fma(p, r, vf_set(TPU_EXP_P1));
+  p = vf_fma(p, r, vf_set(TPU_EXP_P2));
+  p = vf_fma(p, r, vf_set(TPU_EXP_P3));
+  p = vf_fma(p, r, vf_set(TPU_EXP_P4));
   vf y = vf_add(vf_fma(p, vf_mul(r, r), r), vf_set(1.0f));
 #ifdef VEC_HAS_SCALEF
   (void)n;
@@ -81,7 +83,7 @@ static inline vf v_exp_core(vf xc) {
 static inline vf v_exp(vf x) {
   /* constants first: minps/maxps return the second operand for NaN, so NaN flows through;
    * below -104 the result rounds to 0, above 89 to inf */
-  return v_exp_core(vf_min(vf_set(89.0f), vf_max(vf_set(-104.0f), x)));
+  return v_exp_core(vf_min(vf_set(TPU_EXP_HI), vf_max(vf_set(TPU_EXP_LO), x)));
 }
 
 /* ---- log ------------------------------------------------------------------------------- */
