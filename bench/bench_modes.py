@@ -100,10 +100,11 @@ def step_times(rounds=60):
                 sync()
                 times[name].append(time.perf_counter() - t0)
     # back to back: blocks of steps with one sync at the end (a loop that does not read the
-    # loss every step), blocks taking turns across the tpu modes
+    # loss every step), blocks taking turns across the tpu modes; 15 blocks, since a block's
+    # median moves with the machine's load more than a single step's
     blocks = {name: [] for name in steps}
     for group in (["PyTorch CPU eager"], [n for n in steps if n != "PyTorch CPU eager"]):
-        for _ in range(7):
+        for _ in range(15):
             for name in group:
                 mode, step, sync = steps[name]
                 torchtpu.set_eager_mode(mode)
