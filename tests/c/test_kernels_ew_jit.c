@@ -281,13 +281,12 @@ TEST(jit_packed_short_rows_match_interpreter) {
   CHECK(bad == 0);
 }
 
-/* EXP is emitted inline (the vec.h exp's instructions): over a sweep of 2^20 bit patterns
- * spanning every exponent, both signs, infinities and NaNs, as the vec.h loop. */
-TEST(jit_inline_exp_matches_vec_loop_everywhere) {
-  if (!have_jit()) return;
+/* EXP and ERF are emitted inline (the vec.h functions' instructions): over a sweep of 2^20
+ * bit patterns spanning every exponent, both signs, infinities and NaNs, as the vec.h loop. */
+static void check_inline_sweep(tpu_op_t op) {
   enum { N = 1 << 20 };
-  static const tpu_ew_program_t prog = {.num_inputs = 1, .num_instrs = 1,
-                                        .instrs = {{TPU_OP_EXP, 1, 0}}, .result = 1};
+  const tpu_ew_program_t prog = {.num_inputs = 1, .num_instrs = 1, .instrs = {{op, 1, 0}},
+                                 .result = 1};
   float *x = malloc(N * 4), *want = malloc(N * 4), *got = malloc(N * 4);
   if (!x || !want || !got) {
     CHECK(!"out of memory");
@@ -300,13 +299,25 @@ TEST(jit_inline_exp_matches_vec_loop_everywhere) {
     uint32_t u = i * 4099u + (i >> 9); /* 4099 * 2^20 wraps the 32-bit range once */
     memcpy(&x[i], &u, 4);
   }
+  /* the functions' own edges: interval ends of erf, exp's clamps, and their neighbours */
+  static const float kEdges[] = {0.0f, 0.25f, 0.5f, 1.0f, 3.9921875f, 4.0f, 88.5f, 89.0f,
+                                 104.0f, 1e-30f, INFINITY, NAN};
+  int n = 0;
+  for (size_t e = 0; e < sizeof kEdges / sizeof kEdges[0]; e++) {
+    for (int sign = 0; sign < 2; sign++) {
+      float v = sign ? -kEdges[e] : kEdges[e];
+      x[n++] = v;
+      x[n++] = nextafterf(v, INFINITY);
+      x[n++] = nextafterf(v, -INFINITY);
+    }
+  }
   tpu_ew_program_t p = prog;
   const int64_t dims[1] = {N}, unit[1] = {1};
   tpu_buf_t bx = kernel_view(x, TPU_F32, 1, dims, unit);
   tpu_buf_t bw = kernel_view(want, TPU_F32, 1, dims, unit);
   tpu_buf_t bg = kernel_view(got, TPU_F32, 1, dims, unit);
   const tpu_buf_t *ins[1] = {&bx};
-  CHECK_OK(tpu_kernel_unary(TPU_OP_EXP, &bx, &bw, NULL));
+  CHECK_OK(tpu_kernel_unary(op, &bx, &bw, NULL));
   p.jit = tpu_ew_jit_new(&p);
   CHECK(p.jit != NULL);
   CHECK_OK(tpu_kernel_ew_program(&p, ins, &bg, NULL));
@@ -314,14 +325,20 @@ TEST(jit_inline_exp_matches_vec_loop_everywhere) {
   int64_t bad = 0;
   for (int64_t i = 0; i < N; i++) {
     if (!same_bits(want[i], got[i]) && bad++ == 0) {
-      fprintf(stderr, "  exp(%a): vec.h %a, jit %a\n", (double)x[i], (double)want[i],
-              (double)got[i]);
+      fprintf(stderr, "  %s(%a): vec.h %a, jit %a\n", tpu_op_name(op), (double)x[i],
+              (double)want[i], (double)got[i]);
     }
   }
   CHECK(bad == 0);
   free(x);
   free(want);
   free(got);
+}
+
+TEST(jit_inline_exp_and_erf_match_vec_loops_everywhere) {
+  if (!have_jit()) return;
+  check_inline_sweep(TPU_OP_EXP);
+  check_inline_sweep(TPU_OP_ERF);
 }
 
 /* Every input broadcast over everything: the whole program runs before the loop. */
@@ -355,8 +372,8 @@ TEST(jit_store_in_place_matches_interpreter) {
 }
 
 /* gelu over 17 elements, called directly: the code for one set of broadcast inputs is
- * generated once and reused, a second set gets a second variant; ERF splits the loop, so
- * the code is blocked (uses the scratch blocks). */
+ * generated once and reused, a second set gets a second variant; with a LOG (a call, which
+ * splits the loop) the code is blocked (uses the scratch blocks), without it not. */
 TEST(jit_generates_code_per_broadcast_set) {
   if (!have_jit()) return;
   const tpu_ew_program_t gelu = {
@@ -371,7 +388,15 @@ TEST(jit_generates_code_per_broadcast_set) {
   CHECK(vec != NULL && one != NULL && vec != one);
   if (!vec || !one) return;
   CHECK(tpu_ew_jit_code(j, 0) == vec);
-  CHECK(vec->blocked && !one->blocked); /* with x broadcast, erf runs once, before the loop */
+  CHECK(!vec->blocked && !one->blocked);
+  tpu_ew_program_t with_log = gelu;
+  with_log.instrs[with_log.num_instrs++] = (tpu_ew_instr_t){.op = TPU_OP_LOG, .dst = 4, .a = 4};
+  tpu_ew_jit_t *jl = tpu_ew_jit_new(&with_log);
+  const tpu_ew_jit_code_t *lv = jl ? tpu_ew_jit_code(jl, 0) : NULL;
+  const tpu_ew_jit_code_t *l1 = jl ? tpu_ew_jit_code(jl, 1) : NULL;
+  CHECK(lv && lv->blocked);
+  CHECK(l1 && !l1->blocked); /* with x broadcast, log runs once, before the loop */
+  tpu_ew_jit_free(jl);
   static float scratch[TPU_EW_PROGRAM_MAX_REGS * TPU_EW_JIT_BLOCK];
   float x[20], y[20];
   for (int i = 0; i < 20; i++) x[i] = (float)(i - 10) / 4.0f;
@@ -457,7 +482,7 @@ int main(void) {
   }
   RUN(jit_long_rows_match_interpreter);
   RUN(jit_packed_short_rows_match_interpreter);
-  RUN(jit_inline_exp_matches_vec_loop_everywhere);
+  RUN(jit_inline_exp_and_erf_match_vec_loops_everywhere);
   RUN(jit_all_uniform_inputs_match_interpreter);
   RUN(jit_store_in_place_matches_interpreter);
   RUN(jit_generates_code_per_broadcast_set);

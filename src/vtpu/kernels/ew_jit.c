@@ -19,9 +19,10 @@
  *              masked stores write nothing past them; whole vectors go unmasked, which is
  *              faster on some CPUs). Between stages: tpu_ew_jit_call_block(call, args,
  *              frame).
- * Scratch: zmm0..zmm2, zmm6, zmm7 (inside one op), zmm3..zmm5 (uniform operands); k2, k3
- * (compares). exp's constants live in the zmm of program registers the program does not
- * use, when there are enough of them, loaded before each loop that has an exp.
+ * Scratch: zmm0..zmm2, zmm6, zmm7 (inside one op; erf also zmm4, zmm5), zmm3..zmm5
+ * (uniform operands); k2, k3 (compares); rax, rdx (addresses). The constants the loops'
+ * exp and erf read live in the zmm of program registers the program does not use, when
+ * there are enough of them, loaded before each loop that reads them.
  */
 #include "vtpu/kernels/ew_jit.h"
 
@@ -32,7 +33,7 @@
 
 #include "vtpu/kernels/ew.h"
 #include "vtpu/kernels/jit_x86.h"
-#include "vtpu/kernels/vec_exp_consts.h"
+#include "vtpu/kernels/vec_consts.h"
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
 #define EW_JIT_AVAILABLE 1
@@ -55,10 +56,11 @@ void tpu_ew_jit_set_count(tpu_ew_jit_args_t *args, int64_t m) {
 
 #if EW_JIT_AVAILABLE
 
-/* the bit patterns inline ops broadcast: masks, and f32 constants (exp: vec_exp_consts.h) */
-enum { POOL_ABS, POOL_SIGN, POOL_ONE, POOL_INF, POOL_EXP_HI, POOL_EXP_LO, POOL_EXP_MAGIC,
-       POOL_EXP_LOG2E, POOL_EXP_LN2_HI, POOL_EXP_LN2_LO, POOL_EXP_P0, POOL_EXP_P1,
-       POOL_EXP_P2, POOL_EXP_P3, POOL_EXP_P4, POOL_SIZE };
+/* the bit patterns inline ops broadcast: masks, and f32 constants (exp, erf: vec_consts.h) */
+enum { POOL_ABS, POOL_SIGN, POOL_ONE, POOL_INF, POOL_ERF_CLAMP, POOL_FOUR, POOL_HALF,
+       POOL_QUARTER, POOL_EXP_HI, POOL_EXP_LO, POOL_EXP_MAGIC, POOL_EXP_LOG2E, POOL_EXP_LN2_HI,
+       POOL_EXP_LN2_LO, POOL_EXP_P0, POOL_EXP_P1, POOL_EXP_P2, POOL_EXP_P3, POOL_EXP_P4,
+       POOL_SIZE };
 
 typedef struct variant {
   uint32_t uniform;
@@ -134,6 +136,7 @@ static bool is_inline(tpu_op_t op) {
     case TPU_OP_ADD: case TPU_OP_SUB: case TPU_OP_MUL: case TPU_OP_DIV: case TPU_OP_MAX:
     case TPU_OP_MIN: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_NEG: case TPU_OP_ABS:
     case TPU_OP_COMPARE: case TPU_OP_SELECT: case TPU_OP_IS_FINITE: case TPU_OP_EXP:
+    case TPU_OP_ERF:
       return true;
     default:
       return false;
@@ -199,8 +202,57 @@ static void emit_exp(x86_buf_t *b, const tpu_ew_jit_t *j, const int *creg, int d
 #undef C
 }
 
-/* The pool constants exp reads (POOL_ONE and the exp entries). */
-static bool exp_const(int w) { return w == POOL_ONE || w >= POOL_EXP_HI; }
+/* Whether |op| reads pool constant |w| (exp: ONE and its entries; erf: the masks and its). */
+static bool reads_const(tpu_op_t op, int w) {
+  if (op == TPU_OP_EXP) return w == POOL_ONE || w >= POOL_EXP_HI;
+  if (op == TPU_OP_ERF) {
+    return w == POOL_ABS || w == POOL_SIGN || (w >= POOL_ERF_CLAMP && w <= POOL_QUARTER);
+  }
+  return false;
+}
+
+/* d = erf(a) as vec_impl.h's v_erf computes it, instruction for instruction (see emit_exp);
+ * the coefficient tables are vec_consts.h's, read as 64-byte operands. Leaves zmm3 alone
+ * until d is written (a may be it). */
+static void emit_erf(x86_buf_t *b, const tpu_ew_jit_t *j, const int *creg, int d, int a) {
+  enum { AX = 0, U = 1, K = 2, V = 4, P = 5, T = 6, SIGN = 7 };
+  x86_mov_imm64(b, X86_RAX, (uint64_t)(uintptr_t)j->pool);
+#define C(w) (creg[w] >= 0 ? x86_zmm(creg[w]) : x86_mem_bcst(X86_RAX, (int32_t)(4 * (w))))
+#define LUT(z, row)                                                                      \
+  x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x16, z, K,                                       \
+           x86_mem(X86_RDX, -1, (int32_t)(64 * (row))), 0, false) /* vpermps */
+  x86_evex(b, X86_MAP_0F, X86_PP_66, 0xdb, SIGN, a, C(POOL_SIGN), 0, false); /* sign of x */
+  x86_evex(b, X86_MAP_0F, X86_PP_66, 0xdb, AX, a, C(POOL_ABS), 0, false);    /* |x| */
+  if (creg[POOL_ERF_CLAMP] >= 0) {
+    move(b, T, creg[POOL_ERF_CLAMP]);
+  } else {
+    x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x18, T, -1,
+             x86_mem(X86_RAX, -1, 4 * POOL_ERF_CLAMP), 0, false);
+  }
+  op3(b, X86_PP_NONE, 0x5d, AX, T, AX, 0); /* ax = min(clamp, |x|): NaN stays */
+  x86_evex(b, X86_MAP_0F, X86_PP_NONE, 0x59, U, AX, C(POOL_FOUR), 0, false); /* s = 4 ax */
+  x86_evex(b, X86_MAP_0F, X86_PP_F3, 0x5b, K, -1, x86_zmm(U), 0, false);    /* k = trunc s */
+  x86_evex(b, X86_MAP_0F, X86_PP_NONE, 0x5b, V, -1, x86_zmm(K), 0, false);  /* float k */
+  x86_evex(b, X86_MAP_0F, X86_PP_NONE, 0x58, V, V, C(POOL_HALF), 0, false); /* k + 1/2 */
+  op3(b, X86_PP_NONE, 0x5c, U, U, V, 0);                                    /* u = s - . */
+  x86_evex_ib(b, X86_MAP_0F, X86_PP_NONE, 0xc2, 2, AX, C(POOL_QUARTER), 0, false,
+              CMP_LT_OQ);                                                  /* first */
+  op3(b, X86_PP_NONE, 0x59, V, AX, AX, 0);                                  /* ax^2 */
+  x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x65, V, U, x86_zmm(V), 2, false);  /* v */
+  x86_mov_imm64(b, X86_RDX, (uint64_t)(uintptr_t)tpu_erf_table);
+  LUT(P, 5);
+  for (int row = 4; row >= 1; row--) {
+    LUT(T, row);
+    op38(b, VFMADD213, P, V, x86_zmm(T)); /* p = p v + T[row][k] */
+  }
+  x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x65, U, U, x86_zmm(AX), 2, false); /* first ? ax : u */
+  LUT(T, 0);
+  x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x65, T, T, x86_zmm(AX), 2, false); /* first ? ax : A */
+  op38(b, VFMADD213, U, P, x86_zmm(T));                                    /* y */
+  op3(b, X86_PP_66, 0xeb, d, U, SIGN, 0);                                  /* | sign */
+#undef LUT
+#undef C
+}
 
 /* d = op(a, c, e) for an inline op; d may be any of the operands (each is read before d is
  * written) */
@@ -241,6 +293,7 @@ static void emit_inline(x86_buf_t *b, const tpu_ew_jit_t *j, const int *creg,
       emit_predicate(b, j, d);
       return;
     case TPU_OP_EXP: emit_exp(b, j, creg, d, a); return;
+    case TPU_OP_ERF: emit_erf(b, j, creg, d, a); return;
     default: /* SELECT: a != 0 (true on NaN, as C's !=) ? c : e (vblendmps takes k ? rm : vvvv) */
       op3(b, X86_PP_66, 0xef, ZU, ZU, ZU, 0); /* vpxord: 0.0 */
       cmp(b, 2, a, ZU, CMP_NEQ_UQ);
@@ -352,8 +405,8 @@ static void analyse(gen_t *g, uint32_t uniform) {
   }
 }
 
-/* Gives exp's constants the zmm registers of program registers the program never uses, if
- * there are enough (exp then reads no memory but its operand). */
+/* Gives the constants the loops' exp and erf read the zmm registers of program registers the
+ * program never uses, if there are enough (else they are read from memory). */
 static void assign_consts(gen_t *g) {
   const tpu_ew_program_t *p = g->p;
   bool used[REGS] = {false};
@@ -363,23 +416,30 @@ static void assign_consts(gen_t *g) {
   for (int r = 0; r < REGS; r++) {
     if (!used[r]) free_regs[nfree++] = r;
   }
+  bool wanted[POOL_SIZE] = {false};
   for (int w = 0; w < POOL_SIZE; w++) {
     g->creg[w] = g->no_creg[w] = -1;
-    need += exp_const(w);
+    for (int j = 0; j < p->num_instrs; j++) {
+      wanted[w] |= !g->uni[j] && reads_const(p->instrs[j].op, w);
+    }
+    need += wanted[w];
   }
   if (nfree < need) return;
   for (int w = 0, i = 0; w < POOL_SIZE; w++) {
-    if (exp_const(w)) g->creg[w] = Z(free_regs[i++]);
+    if (wanted[w]) g->creg[w] = Z(free_regs[i++]);
   }
 }
 
-/* Before a stage's loop: the constants its EXPs read, into their registers. */
+/* Before a stage's loop: the constants given registers, if the stage reads any. */
 static void load_consts(gen_t *g, int s) {
   bool any = false;
   for (int j = 0; j < g->p->num_instrs; j++) {
-    any |= !g->uni[j] && g->stage[j] == s && g->p->instrs[j].op == TPU_OP_EXP;
+    for (int w = 0; w < POOL_SIZE; w++) {
+      any |= !g->uni[j] && g->stage[j] == s && g->creg[w] >= 0 &&
+             reads_const(g->p->instrs[j].op, w);
+    }
   }
-  if (!any || g->creg[POOL_ONE] < 0) return;
+  if (!any) return;
   x86_mov_imm64(&g->b, X86_RAX, (uint64_t)(uintptr_t)g->j->pool);
   for (int w = 0; w < POOL_SIZE; w++) {
     if (g->creg[w] < 0) continue;
@@ -607,6 +667,8 @@ tpu_ew_jit_t *tpu_ew_jit_new(const tpu_ew_program_t *p) {
   j->pool[POOL_SIGN] = 0x80000000u;
   j->pool[POOL_ONE] = 0x3f800000u;
   j->pool[POOL_INF] = 0x7f800000u;
+  const float erf[] = {TPU_ERF_CLAMP, 4.0f, 0.5f, 0.25f};
+  memcpy(&j->pool[POOL_ERF_CLAMP], erf, sizeof erf);
   memcpy(&j->pool[POOL_EXP_HI], kExp, sizeof kExp);
   for (int i = 0; i < VARIANTS; i++) atomic_init(&j->v[i], NULL);
   return j;

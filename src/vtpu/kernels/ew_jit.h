@@ -5,9 +5,9 @@
  * turns a program into AVX-512 loops instead: 16 elements at a time, each program register
  * in its own zmm register (registers 0..23 in zmm8..zmm31), inputs loaded and outputs
  * stored once per vector. ADD SUB MUL DIV MAX MIN SQRT RSQRT NEG ABS COMPARE SELECT
- * IS_FINITE EXP are emitted inline, computed as the AVX-512 vec.h loops compute them (exp:
- * the same instructions, vec_exp_consts.h). Every other op (ERF, LOG, TANH, POW, CONVERT,
- * ...) splits the loop: the code runs the instructions
+ * IS_FINITE EXP ERF are emitted inline, computed as the AVX-512 vec.h loops compute them
+ * (exp and erf: the same instructions, vec_consts.h). Every other op (LOG, TANH, POW,
+ * CONVERT, ...) splits the loop: the code runs the instructions
  * before it over the whole block, keeping in a scratch block each value read later, calls
  * the interpreter's own loop for the op over the block (tpu_ew_jit_call_block), and goes on
  * with a loop for the instructions after it. So results equal the interpreter's with the

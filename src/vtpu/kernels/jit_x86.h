@@ -45,7 +45,7 @@ static inline x86_rm_t x86_mem_bcst(int base, int32_t disp) {
 
 /* EVEX.512 maps and prefixes */
 enum { X86_MAP_0F = 1, X86_MAP_0F38 = 2 };
-enum { X86_PP_NONE = 0, X86_PP_66 = 1 };
+enum { X86_PP_NONE = 0, X86_PP_66 = 1, X86_PP_F3 = 2 };
 
 /* One EVEX.512 instruction: ModRM.reg = |reg| (a zmm, or an opmask for compares), the
  * second source |vvvv| (a zmm, or -1 when the instruction has none), ModRM.rm = |rm|,

@@ -43,7 +43,7 @@
  */
 #include <string.h>
 
-#include "vtpu/kernels/vec_exp_consts.h"
+#include "vtpu/kernels/vec_consts.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
@@ -144,51 +144,21 @@ static inline vf v_logistic(vf x) {
   return vf_div(num, vf_add(t, vf_set(1.0f))); /* NaN: t is NaN */
 }
 
-/* erf on 16 intervals of |x| (width 1/4, index k = floor(4|x|), |x| clamped to 4 - 1/128
- * where erf rounds to 1): k = 0 is x + x Q(x^2), k >= 1 is A_k + u P_k(u) with
- * u = 4|x| - (k + 1/2) in [-1/2, 1/2); Q and P_k of degree 4, one coefficient table
- * per power, looked up per lane. No branches and no exp. Row 0: A_k; rows 1-5: the
- * coefficients of u^1 .. u^5 (k >= 1) or of t^0 .. t^4 in Q(t), t = x^2 (k = 0). */
-static const float kErfTab[6][16] = {
-    {0.000000000e+00f, 4.041168988e-01f, 6.232408881e-01f, 7.840750813e-01f,
-     8.883882165e-01f, 9.481700659e-01f, 9.784437418e-01f, 9.919900298e-01f,
-     9.973459840e-01f, 9.992170334e-01f, 9.997946024e-01f, 9.999521375e-01f,
-     9.999901056e-01f, 9.999982119e-01f, 9.999997020e-01f, 9.999999404e-01f},
-    {1.283791661e-01f, 2.450881898e-01f, 1.908748895e-01f, 1.311862618e-01f,
-     7.956849039e-02f, 4.258994386e-02f, 2.011806518e-02f, 8.386456408e-03f,
-     3.085205099e-03f, 1.001619385e-03f, 2.869687742e-04f, 7.255707169e-05f,
-     1.618967144e-05f, 3.187935363e-06f, 5.539800441e-07f, 8.495559456e-08f},
-    {-3.761263788e-01f, -2.297639661e-02f, -2.982404642e-02f, -2.869754843e-02f,
-     -2.237828635e-02f, -1.464027259e-02f, -8.173332550e-03f, -3.930307459e-03f,
-     -1.639421098e-03f, -5.937946262e-04f, -1.876181195e-04f, -5.189978037e-05f,
-     -1.271901510e-05f, -3.542614650e-06f, -4.110341649e-07f, 4.554659370e-07f},
-    {1.128377542e-01f, -3.669683821e-03f, -8.700488834e-04f, 1.451786258e-03f,
-     2.538340632e-03f, 2.467791317e-03f, 1.794388518e-03f, 1.053784159e-03f,
-     5.162117886e-04f, 2.145402832e-04f, 7.641183765e-05f, 2.347615191e-05f,
-     6.249785656e-06f, 1.446409556e-06f, 2.917167876e-07f, 5.136720205e-08f},
-    {-2.685899474e-02f, 6.452397211e-04f, 6.861937582e-04f, 4.406169755e-04f,
-     1.088135978e-04f, -1.178719540e-04f, -1.918654598e-04f, -1.681896829e-04f,
-     -1.014642912e-04f, -5.514638542e-05f, -2.409773151e-05f, -8.419462574e-06f,
-     -1.923425316e-06f, 2.836144859e-06f, -4.869726808e-07f, -2.167370667e-06f},
-    {5.092243664e-03f, 4.319953223e-05f, -2.592595229e-05f, -6.477881107e-05f,
-     -5.983155643e-05f, -2.996823787e-05f, -2.194040235e-06f, 1.105049978e-05f,
-     1.216473993e-05f, 8.160522157e-06f, 4.133675702e-06f, 1.685061420e-06f,
-     5.696057883e-07f, 1.622967005e-07f, 3.938973592e-08f, 8.201687329e-09f},
-};
 
+/* erf (vec_consts.h has the method and its table) */
 static inline vf v_erf(vf x) {
-  vf ax = vf_min(vf_set(3.9921875f), v_abs(x)); /* NaN stays NaN */
+  vf ax = vf_min(vf_set(TPU_ERF_CLAMP), v_abs(x)); /* NaN stays NaN */
   vf s = vf_mul(ax, vf_set(4.0f));
   vi k = vf_trunc_vi(s); /* NaN: an index whose lookups are harmless, u is NaN anyway */
   vf u = vf_sub(s, vf_add(vi_to_vf(k), vf_set(0.5f)));
   vm first = vf_lt(ax, vf_set(0.25f));
   vf v = vf_sel(first, vf_mul(ax, ax), u);
-  vf p = vf_lut16(kErfTab[5], k);
-  p = vf_fma(p, v, vf_lut16(kErfTab[4], k));
-  p = vf_fma(p, v, vf_lut16(kErfTab[3], k));
-  p = vf_fma(p, v, vf_lut16(kErfTab[2], k));
-  p = vf_fma(p, v, vf_lut16(kErfTab[1], k));
-  vf y = vf_fma(vf_sel(first, ax, u), p, vf_sel(first, ax, vf_lut16(kErfTab[0], k)));
+  vf p = vf_lut16(tpu_erf_table[5], k);
+  p = vf_fma(p, v, vf_lut16(tpu_erf_table[4], k));
+  p = vf_fma(p, v, vf_lut16(tpu_erf_table[3], k));
+  p = vf_fma(p, v, vf_lut16(tpu_erf_table[2], k));
+  p = vf_fma(p, v, vf_lut16(tpu_erf_table[1], k));
+  vf y = vf_fma(vf_sel(first, ax, u), p, vf_sel(first, ax, vf_lut16(tpu_erf_table[0], k)));
   return vf_or(y, v_sign_of(x));
 }
 
