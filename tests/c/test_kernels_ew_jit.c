@@ -247,7 +247,7 @@ static bool have_jit(void) { return tpu_vec_ops_for(TPU_ISA_AVX512) != NULL; }
 TEST(jit_long_rows_match_interpreter) {
   if (!have_jit()) return;
   static const int64_t lens[] = {1, 2, 15, 16, 17, 31, 33, 64, 100, 1023, 1024, 1025, 3000};
-  int64_t bad = 0, runs = 0;
+  int64_t bad = 0;
   for (int t = 0; t < 300; t++) {
     int ni = 1 + (int)(rnd() % 6);
     tpu_ew_program_t p = random_program(ni);
@@ -261,10 +261,8 @@ TEST(jit_long_rows_match_interpreter) {
     }
     if (plain) l.out_dt = TPU_F32;
     bad += both_ways("long rows", &p, &l);
-    runs++;
   }
   CHECK(bad == 0);
-  CHECK(runs == 300);
 }
 
 TEST(jit_packed_short_rows_match_interpreter) {

@@ -98,9 +98,11 @@ static void store(x86_buf_t *b, x86_rm_t m, int z, int k) {
 static void move(x86_buf_t *b, int dst, int src) {
   if (dst != src) x86_evex(b, X86_MAP_0F, X86_PP_NONE, 0x28, dst, -1, x86_zmm(src), 0, false);
 }
-static void broadcast(x86_buf_t *b, int z, int base) {
-  x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x18, z, -1, x86_mem(base, -1, 0), 0, false);
+/* z = the f32 at [base + disp] in every lane */
+static void broadcast_at(x86_buf_t *b, int z, int base, int32_t disp) {
+  x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x18, z, -1, x86_mem(base, -1, disp), 0, false);
 }
+static void broadcast(x86_buf_t *b, int z, int base) { broadcast_at(b, z, base, 0); }
 static void broadcast_pool(x86_buf_t *b, const tpu_ew_jit_t *j, int z, int which) {
   x86_mov_imm64(b, X86_RAX, (uint64_t)(uintptr_t)&j->pool[which]);
   broadcast(b, z, X86_RAX);
@@ -166,19 +168,25 @@ static void op38(x86_buf_t *b, uint8_t opc, int dst, int s1, x86_rm_t rm) {
   x86_evex(b, X86_MAP_0F38, X86_PP_66, opc, dst, s1, rm, 0, false);
 }
 
+/* Pool constant |w| as an operand: its register creg[w], or (creg[w] < 0) a {1to16} operand
+ * off rax, which holds j->pool. */
+static x86_rm_t pool_operand(const int *creg, int w) {
+  return creg[w] >= 0 ? x86_zmm(creg[w]) : x86_mem_bcst(X86_RAX, (int32_t)(4 * w));
+}
+/* z = pool constant |w| in every lane (rax = j->pool unless it has a register) */
+static void set_const(x86_buf_t *b, const int *creg, int z, int w) {
+  if (creg[w] >= 0) move(b, z, creg[w]);
+  else broadcast_at(b, z, X86_RAX, (int32_t)(4 * w));
+}
+
 /* d = e^a as vec_impl.h's v_exp computes it, instruction for instruction (rounding after
  * each, one rounding per FMA). Constant |which| of the pool is in zmm creg[which] when that
  * is >= 0 (loaded before the loop by load_consts), else read as a {1to16} operand. */
 static void emit_exp(x86_buf_t *b, const tpu_ew_jit_t *j, const int *creg, int d, int a) {
   enum { XC = 0, NF = 1, R = 2, P = ZT, RR = ZU };
   x86_mov_imm64(b, X86_RAX, (uint64_t)(uintptr_t)j->pool);
-#define C(w) (creg[w] >= 0 ? x86_zmm(creg[w]) : x86_mem_bcst(X86_RAX, (int32_t)(4 * (w))))
-#define SET(z, w)                                                                         \
-  do {                                                                                    \
-    if (creg[w] >= 0) move(b, z, creg[w]);                                                \
-    else x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x18, z, -1,                                \
-                  x86_mem(X86_RAX, -1, (int32_t)(4 * (w))), 0, false);                    \
-  } while (0)
+#define C(w) pool_operand(creg, w)
+#define SET(z, w) set_const(b, creg, z, w)
   SET(XC, POOL_EXP_LO);
   op3(b, X86_PP_NONE, 0x5f, XC, XC, a, 0); /* max(LO, x): x if NaN */
   SET(NF, POOL_EXP_HI);
@@ -217,18 +225,13 @@ static bool reads_const(tpu_op_t op, int w) {
 static void emit_erf(x86_buf_t *b, const tpu_ew_jit_t *j, const int *creg, int d, int a) {
   enum { AX = 0, U = 1, K = 2, V = 4, P = 5, T = 6, SIGN = 7 };
   x86_mov_imm64(b, X86_RAX, (uint64_t)(uintptr_t)j->pool);
-#define C(w) (creg[w] >= 0 ? x86_zmm(creg[w]) : x86_mem_bcst(X86_RAX, (int32_t)(4 * (w))))
+#define C(w) pool_operand(creg, w)
 #define LUT(z, row)                                                                      \
   x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x16, z, K,                                       \
            x86_mem(X86_RDX, -1, (int32_t)(64 * (row))), 0, false) /* vpermps */
   x86_evex(b, X86_MAP_0F, X86_PP_66, 0xdb, SIGN, a, C(POOL_SIGN), 0, false); /* sign of x */
   x86_evex(b, X86_MAP_0F, X86_PP_66, 0xdb, AX, a, C(POOL_ABS), 0, false);    /* |x| */
-  if (creg[POOL_ERF_CLAMP] >= 0) {
-    move(b, T, creg[POOL_ERF_CLAMP]);
-  } else {
-    x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x18, T, -1,
-             x86_mem(X86_RAX, -1, 4 * POOL_ERF_CLAMP), 0, false);
-  }
+  set_const(b, creg, T, POOL_ERF_CLAMP);
   op3(b, X86_PP_NONE, 0x5d, AX, T, AX, 0); /* ax = min(clamp, |x|): NaN stays */
   x86_evex(b, X86_MAP_0F, X86_PP_NONE, 0x59, U, AX, C(POOL_FOUR), 0, false); /* s = 4 ax */
   x86_evex(b, X86_MAP_0F, X86_PP_F3, 0x5b, K, -1, x86_zmm(U), 0, false);    /* k = trunc s */
@@ -442,9 +445,7 @@ static void load_consts(gen_t *g, int s) {
   if (!any) return;
   x86_mov_imm64(&g->b, X86_RAX, (uint64_t)(uintptr_t)g->j->pool);
   for (int w = 0; w < POOL_SIZE; w++) {
-    if (g->creg[w] < 0) continue;
-    x86_evex(&g->b, X86_MAP_0F38, X86_PP_66, 0x18, g->creg[w], -1,
-             x86_mem(X86_RAX, -1, (int32_t)(4 * w)), 0, false);
+    if (g->creg[w] >= 0) broadcast_at(&g->b, g->creg[w], X86_RAX, (int32_t)(4 * w));
   }
 }
 

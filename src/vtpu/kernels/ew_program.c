@@ -160,14 +160,18 @@ static void program_row(const program_ctx *c, char *const *ptrs, const int64_t *
     step[k] = strides[k + 1] != 0;
     in_place &= c->in_dt[k] == TPU_F32 && (strides[k + 1] == 0 || strides[k + 1] == 4);
   }
-  float *outs[1 + TPU_EW_PROGRAM_MAX_STORES]; /* where the machine code puts each output */
-  /* the outputs machine code cannot write in place */
-  _Alignas(64) float outb[1 + TPU_EW_PROGRAM_MAX_STORES][PROGRAM_BLOCK];
+  /* output o (the result, then the stores): iteration operand opd[o], written in place by
+   * the machine code where f32 and contiguous, else through outb[o] */
+  int opd[1 + TPU_EW_PROGRAM_MAX_STORES] = {0};
+  bool direct[1 + TPU_EW_PROGRAM_MAX_STORES] = {out_direct};
   bool outs_direct = out_direct;
   for (int j = 0; j < p->num_stores; j++) {
-    const int k = 1 + p->num_inputs + j;
-    outs_direct &= c->store_dt[j] == TPU_F32 && strides[k] == 4;
+    opd[1 + j] = 1 + p->num_inputs + j;
+    direct[1 + j] = c->store_dt[j] == TPU_F32 && strides[opd[1 + j]] == 4;
+    outs_direct &= direct[1 + j];
   }
+  float *outs[1 + TPU_EW_PROGRAM_MAX_STORES];
+  _Alignas(64) float outb[1 + TPU_EW_PROGRAM_MAX_STORES][PROGRAM_BLOCK];
   const tpu_ew_jit_code_t *code = c->stream ? NULL : jit_code(c, step);
   const int64_t block = code && !code->blocked && in_place && outs_direct ? n : PROGRAM_BLOCK;
   /* streaming: a short first block brings the output to a 64-byte boundary, so no cache
@@ -192,16 +196,13 @@ static void program_row(const program_ctx *c, char *const *ptrs, const int64_t *
       tpu_ew_program_load_row(c->v, src, s, c->in_dt[k], loaded[k], s ? m : 1);
       val[k] = loaded[k];
     }
-    if (code) { /* outputs in place where f32 and contiguous, else through blocks */
-      outs[0] = out_direct ? (float *)(void *)(ptrs[0] + i * 4) : outb[0];
-      for (int j = 0; j < p->num_stores; j++) {
-        const int k = 1 + p->num_inputs + j;
-        const bool direct = c->store_dt[j] == TPU_F32 && strides[k] == 4;
-        outs[1 + j] = direct ? (float *)(void *)(ptrs[k] + i * 4) : outb[1 + j];
+    if (code) {
+      for (int o = 0; o <= p->num_stores; o++) {
+        outs[o] = direct[o] ? (float *)(void *)(ptrs[opd[o]] + i * 4) : outb[o];
       }
       jit_call(c, code, val, outs, regs, m);
-      for (int o = 0; o <= p->num_stores; o++) {
-        const int k = o ? 1 + p->num_inputs + o - 1 : 0;
+      for (int o = 0; o <= p->num_stores; o++) { /* nothing to do where written in place */
+        const int k = opd[o];
         const tpu_dtype_t dt = o ? c->store_dt[o - 1] : c->out_dt;
         tpu_ew_store(c->v, TPU_CT_F32, outs[o], 1, ptrs[k] + i * strides[k], strides[k], dt, m);
       }

@@ -15,7 +15,7 @@ static void put(x86_buf_t *b, const uint8_t *v, size_t n) {
   b->len += n;
 }
 
-void x86_byte(x86_buf_t *b, uint8_t v) { put(b, &v, 1); }
+static void x86_byte(x86_buf_t *b, uint8_t v) { put(b, &v, 1); }
 
 static void put32(uint8_t *p, int32_t v) {
   uint32_t u = (uint32_t)v;

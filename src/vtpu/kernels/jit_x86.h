@@ -56,7 +56,6 @@ void x86_evex(x86_buf_t *b, int map, int pp, uint8_t opcode, int reg, int vvvv, 
 void x86_evex_ib(x86_buf_t *b, int map, int pp, uint8_t opcode, int reg, int vvvv, x86_rm_t rm,
                  int k, bool zero, uint8_t imm);
 
-void x86_byte(x86_buf_t *b, uint8_t v);
 void x86_push(x86_buf_t *b, int r);
 void x86_pop(x86_buf_t *b, int r);
 void x86_ret(x86_buf_t *b);
