@@ -72,9 +72,10 @@ int tpu_device_of_ptr(const void *ptr);
 tpu_status_t tpu_runtime_synchronize_all(void);
 
 /* Whether a thread that synchronizes may help run the chips' kernels while it waits
- * (tpu_pool_help). On by default when the process has fewer chips than cores; a process
- * group of several processes on one host turns it off, since the processes share the
- * cores and a spinning helper would take one from a peer. Applies to later inits too. */
+ * (tpu_pool_help), and an idle chip's worker may spin a while before it sleeps
+ * (tpu_stream_set_idle_spin). On by default when the process has fewer chips than cores; a
+ * process group of several processes on one host turns it off, since the processes share
+ * the cores and a spinning thread would take one from a peer. Applies to later inits too. */
 void tpu_runtime_set_helping(bool allowed);
 
 #ifdef __cplusplus

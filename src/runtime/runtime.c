@@ -138,16 +138,20 @@ static tpu_status_t device_create(int index, const tpu_chip_spec_t *spec, tpu_de
   return TPU_OK;
 }
 
-/* Lends synchronizing threads to the kernels' pool (tpu_stream_set_helper_pool) only while
- * that leaves no thread without a core: one per chip's stream plus the waiter. The caller
- * holds g_rt.mu. */
+/* Lends synchronizing threads to the kernels' pool (tpu_stream_set_helper_pool), and lets
+ * idle stream workers spin before they sleep (tpu_stream_set_idle_spin), only while that
+ * leaves no thread without a core: one per chip's stream plus the waiter. The caller holds
+ * g_rt.mu. */
 static void update_helping_locked(void) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   tpu_pool_t *pool = NULL;
   if (!g_rt.no_helping && g_rt.count + 1 <= cores && tpu_pool_default(&pool) != TPU_OK) {
     pool = NULL; /* no pool: nobody to help (the kernels report the error themselves) */
   }
-  for (int i = 0; i < g_rt.count; i++) tpu_stream_set_helper_pool(g_rt.devices[i]->stream, pool);
+  for (int i = 0; i < g_rt.count; i++) {
+    tpu_stream_set_helper_pool(g_rt.devices[i]->stream, pool);
+    tpu_stream_set_idle_spin(g_rt.devices[i]->stream, pool != NULL);
+  }
 }
 
 void tpu_runtime_set_helping(bool allowed) {

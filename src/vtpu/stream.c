@@ -16,6 +16,15 @@
  * sleeping, the waiter spins in tpu_pool_help and runs chunks of the worker's kernels. After
  * kHelpIdleNs without work (the worker waiting on a collective, say) it naps, then spins
  * again. So the core Python leaves idle while it waits runs matmuls.
+ *
+ * A worker that runs out of work can spin for kIdleSpinNs before it sleeps
+ * (tpu_stream_set_idle_spin; the runtime allows it where it allows helping: every chip's
+ * worker and the waiter have a core, no process group shares the host), so the next node
+ * (the next eager op) starts without a wake-up, which costs tens of microseconds on a busy
+ * machine, and its push skips the signal. Only while spinning pays: after two idle spells
+ * in a row longer than a spin (a compiled step's graphs are queued ahead of the worker, so
+ * it idles only between steps, while Python starts the next) it sleeps at once, until a
+ * short spell again.
  */
 #include "tpu/stream.h"
 
@@ -46,11 +55,14 @@ struct tpu_stream {
   pthread_cond_t work_cv;   /* worker: queue non-empty or stopping */
   pthread_cond_t done_cv;   /* waiters: completed moved */
   stream_node_t *head, *tail;
-  uint64_t enqueued;        /* tickets handed out */
+  _Atomic uint64_t enqueued; /* tickets handed out; written under mu, read by a spinning
+                                worker without it */
   _Atomic uint64_t completed; /* ticket of the last finished node; written under mu */
   uint64_t tasks_completed; /* user tasks run */
   bool worker_sleeping;     /* the worker waits on work_cv: only then pushes signal */
-  bool stopping;
+  bool idle_spin;           /* the worker may spin before it sleeps */
+  int long_idles;           /* the worker's idle spells in a row longer than a spin */
+  _Atomic bool stopping;
   tpu_pool_t *helper_pool;  /* synchronize helps it while waiting; NULL: just sleep */
   tpu_status_t error;       /* first error since the last synchronize */
   char error_message[TPU_STATUS_MESSAGE_CAP];
@@ -134,16 +146,48 @@ static void run_node(tpu_stream_t *s, stream_node_t *n) {
   if (e) event_unref(e);
 }
 
+/* How long an idle worker spins before it sleeps (eager ops come closer together than
+ * this); g_spinning counts the workers spinning now. */
+static const uint64_t kIdleSpinNs = 200 * 1000;
+static _Atomic int g_spinning;
+
+int tpu_stream_spinning_workers(void) { return atomic_load(&g_spinning); }
+
+/* Called with s->mu held and the queue empty: spins (mu released) until a node is pushed,
+ * the stream stops or kIdleSpinNs pass. */
+static void spin_for_work(tpu_stream_t *s) {
+  atomic_fetch_add(&g_spinning, 1);
+  const uint64_t seen = atomic_load(&s->enqueued);
+  pthread_mutex_unlock(&s->mu);
+  const uint64_t since = tpu_now_ns();
+  for (unsigned spin = 1; atomic_load(&s->enqueued) == seen && !atomic_load(&s->stopping);
+       spin++) {
+    if (spin % 64 == 0 && tpu_now_ns() - since > kIdleSpinNs) break;
+    tpu_cpu_relax();
+  }
+  atomic_fetch_sub(&g_spinning, 1);
+  pthread_mutex_lock(&s->mu);
+}
+
+/* Called with s->mu held and the queue empty: returns with a node queued or the stream
+ * stopping, after a spin (while spells are short) and then sleep. */
+static void wait_for_work(tpu_stream_t *s) {
+  const uint64_t idle_since = tpu_now_ns();
+  if (s->idle_spin && s->long_idles < 2) spin_for_work(s);
+  while (!s->head && !s->stopping) {
+    s->worker_sleeping = true;
+    pthread_cond_wait(&s->work_cv, &s->mu);
+    s->worker_sleeping = false;
+  }
+  s->long_idles = tpu_now_ns() - idle_since > kIdleSpinNs ? s->long_idles + 1 : 0;
+}
+
 static void *worker_main(void *arg) {
   tpu_stream_t *s = arg;
   pthread_setname_np(pthread_self(), "tpu_stream"); /* top -H, perf, /proc/<pid>/task/<tid>/comm */
   pthread_mutex_lock(&s->mu);
   for (;;) {
-    while (!s->head && !s->stopping) {
-      s->worker_sleeping = true;
-      pthread_cond_wait(&s->work_cv, &s->mu);
-      s->worker_sleeping = false;
-    }
+    if (!s->head && !s->stopping) wait_for_work(s);
     stream_node_t *n = s->head;
     if (!n) break; /* stopping and drained */
     s->head = n->next;
@@ -259,6 +303,19 @@ void tpu_stream_set_helper_pool(tpu_stream_t *stream, tpu_pool_t *pool) {
   pthread_mutex_lock(&stream->mu);
   stream->helper_pool = pool;
   pthread_mutex_unlock(&stream->mu);
+}
+
+void tpu_stream_set_idle_spin(tpu_stream_t *stream, bool allowed) {
+  pthread_mutex_lock(&stream->mu);
+  stream->idle_spin = allowed;
+  pthread_mutex_unlock(&stream->mu);
+}
+
+bool tpu_stream_idle_spin(tpu_stream_t *stream) {
+  pthread_mutex_lock(&stream->mu);
+  bool allowed = stream->idle_spin;
+  pthread_mutex_unlock(&stream->mu);
+  return allowed;
 }
 
 /* How long a synchronizing thread spins without work before it naps (longer than the

@@ -231,7 +231,8 @@ TEST(sixty_four_v7_chips) {
   CHECK(tpu_device_count() == 0);
 }
 
-/* A chip's waiters help its kernels only while every stream and the waiter have a core. */
+/* A chip's waiters help its kernels, and its idle worker spins, only while every stream and
+ * the waiter have a core. */
 static void check_helping(const char *chips, bool allowed) {
   tpu_runtime_config_t c;
   CHECK_OK(tpu_runtime_config_parse("v5e", chips, &c));
@@ -244,14 +245,17 @@ static void check_helping(const char *chips, bool allowed) {
     tpu_device_t *d = NULL;
     CHECK_OK(tpu_device_get(i, &d));
     CHECK(tpu_stream_helper_pool(tpu_device_stream(d)) == (allowed && spare ? pool : NULL));
+    CHECK(tpu_stream_idle_spin(tpu_device_stream(d)) == (allowed && spare));
   }
   if (allowed && c.chip_count == 1 && spare) { /* turned off (a process group) and on again */
     tpu_device_t *d = NULL;
     CHECK_OK(tpu_device_get(0, &d));
     tpu_runtime_set_helping(false);
     CHECK(tpu_stream_helper_pool(tpu_device_stream(d)) == NULL);
+    CHECK(!tpu_stream_idle_spin(tpu_device_stream(d)));
     tpu_runtime_set_helping(true);
     CHECK(tpu_stream_helper_pool(tpu_device_stream(d)) == pool);
+    CHECK(tpu_stream_idle_spin(tpu_device_stream(d)));
   }
   tpu_runtime_shutdown();
   tpu_runtime_set_helping(true);

@@ -1,6 +1,7 @@
 /* test_stream.c: streams (FIFO order, asynchrony, sticky errors, draining, threads, the
- * synchronizing thread helping the pool) and events (query, synchronize, timestamps,
- * cross-stream waits, re-recording); the worker thread is named tpu_stream. */
+ * synchronizing thread helping the pool, idle workers spinning only where allowed and while
+ * it pays) and events (query, synchronize, timestamps, cross-stream waits, re-recording);
+ * the worker thread is named tpu_stream. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -395,6 +396,68 @@ TEST(synchronize_helps_the_pool) {
   tpu_pool_destroy(pool);
 }
 
+static int most_spinning_now(void) {
+  int most = 0;
+  for (int k = 0; k < 100; k++) {
+    int n = tpu_stream_spinning_workers();
+    if (n > most) most = n;
+  }
+  return most;
+}
+
+static void run_one(tpu_stream_t *s) {
+  atomic_int runs = 0;
+  tpu_task_t t = {count_run, NULL, &runs, "count"};
+  CHECK_OK(tpu_stream_enqueue(s, &t));
+  CHECK_OK(tpu_stream_synchronize(s));
+  CHECK(atomic_load(&runs) == 1);
+}
+
+/* An idle worker allowed to spin does so for a while after its node, then sleeps; one not
+ * allowed (the default) never spins. */
+TEST(only_workers_allowed_to_spin_do) {
+  enum { kStreams = 4 };
+  tpu_stream_t *s[kStreams];
+  for (int i = 0; i < kStreams; i++) s[i] = make_stream("tpu:spin");
+  CHECK(!tpu_stream_idle_spin(s[0]));
+  tpu_stream_set_idle_spin(s[0], true);
+  CHECK(tpu_stream_idle_spin(s[0]));
+  int most = 0;
+  for (int round = 0; round < 50; round++) {
+    for (int i = 1; i < kStreams; i++) run_one(s[i]); /* to sleeping workers */
+    run_one(s[0]); /* to a worker spinning since the last round, or asleep if that was long */
+    run_one(s[0]); /* after a short spell: it spins now */
+    int n = most_spinning_now();
+    if (n > most) most = n;
+  }
+  CHECK(most == 1);
+  sleep_ms(50); /* far longer than a spin */
+  CHECK(tpu_stream_spinning_workers() == 0);
+  for (int i = 0; i < kStreams; i++) tpu_stream_destroy(s[i]);
+}
+
+/* After two idle spells longer than a spin (graphs queued ahead, idle only between steps)
+ * the worker sleeps at once; after a short spell it spins again. */
+TEST(worker_stops_spinning_after_long_idle_spells) {
+  tpu_stream_t *s = make_stream("tpu:spin");
+  tpu_stream_set_idle_spin(s, true);
+  run_one(s);
+  for (int i = 0; i < 3; i++) {
+    sleep_ms(5);
+    run_one(s);
+  }
+  CHECK(most_spinning_now() == 0);
+  bool spins_again = false; /* a push right after the sync: a short spell (a few tries,
+                               since a wake-up on a loaded machine can outlast a spin) */
+  for (int i = 0; i < 20 && !spins_again; i++) {
+    run_one(s);
+    run_one(s);
+    spins_again = most_spinning_now() >= 1;
+  }
+  CHECK(spins_again);
+  tpu_stream_destroy(s);
+}
+
 TEST(worker_is_named) { /* tpu_stream: its CPU time is the chip's kernels (bench_modes) */
   int before = threads_named("tpu_stream");
   CHECK(before >= 0);
@@ -421,6 +484,8 @@ int main(void) {
   RUN(wait_event_orders_two_streams);
   RUN(event_destroy_waits_and_waiters_survive_it);
   RUN(synchronize_helps_the_pool);
+  RUN(only_workers_allowed_to_spin_do);
+  RUN(worker_stops_spinning_after_long_idle_spells);
   RUN(worker_is_named);
   return check_report();
 }
