@@ -1,13 +1,18 @@
 """Data-parallel training of the GPT example on virtual TPU chips, one process per chip.
 
 Run:  .venv/bin/torchrun --nproc-per-node 2 examples/train_ddp.py [--mode ddp|fsdp] [--steps 50]
+          [--compile]
       .venv/bin/python examples/train_ddp.py        (no torchrun: one process, the reference)
 
 Each process drives one chip (tpu:0 of its own virtual TPU) and joins the process group with
 `dist.init_process_group("tpu")`: gradients are averaged through shared memory between the
 processes (TORCHTPU_DIST_TRANSPORT=gloo sends them through Gloo instead, as across hosts).
 --mode ddp wraps the model in DistributedDataParallel; --mode fsdp shards every parameter with
-FSDP2 (`fully_shard`). The global batch (--batch) is split evenly across the ranks, so the
+FSDP2 (`fully_shard`). --compile runs the wrapped model (forward and backward) and the AdamW
+step (capturable=True) through torch.compile(backend="tpu"), as a CUDA program would: under DDP,
+Dynamo splits the graph at the gradient buckets so each bucket's all-reduce starts as its part
+of the backward is done; under FSDP2 the sharding hooks run eagerly between compiled graphs.
+The global batch (--batch) is split evenly across the ranks, so the
 losses match a one-process run with the same global batch. Rank 0 prints the loss per step, the
 time per step and the modelled ICI time of the collectives (torchtpu.distributed.stats()).
 """
@@ -33,6 +38,7 @@ def main() -> None:
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--compile", action="store_true", help='torch.compile(backend="tpu")')
     p.add_argument("--json", action="store_true", help="print one JSON line with the results")
     args = p.parse_args()
 
@@ -61,7 +67,10 @@ def main() -> None:
         fully_shard(model, mesh=mesh)
         sharded = all(hasattr(q, "to_local") and q.to_local().numel() < q.numel()
                       for q in model.parameters() if q.numel() >= world)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01,
+                            capturable=args.compile)
+    forward = torch.compile(model, backend="tpu") if args.compile else model
+    opt_step = torch.compile(opt.step, backend="tpu") if args.compile else opt.step
 
     data = synthetic_text(4096, vocab, 0)
     g = torch.Generator().manual_seed(1)  # every rank draws the same global batch
@@ -74,10 +83,10 @@ def main() -> None:
         t0 = time.perf_counter()
         x, y = get_batch(data, args.batch, args.block, g)
         x, y = x[rank * local:(rank + 1) * local], y[rank * local:(rank + 1) * local]
-        _, loss = model(x.to(device), y.to(device))
+        _, loss = forward(x.to(device), y.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        opt_step()
         loss = loss.detach()
         if distributed:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)  # the global batch's loss
@@ -89,6 +98,12 @@ def main() -> None:
     result = {"rank": rank, "world": world, "mode": args.mode if distributed else "single",
               "losses": losses, "step_ms": 1e3 * sorted(times[1:] or times)[len(times[1:] or times) // 2],
               "sharded": sharded}
+    if args.compile:  # the graphs the tpu backend compiled and replayed, by kind
+        import torchtpu.compile as tc
+        result["compiled_graphs"] = {}
+        for g in tc.graphs:
+            if g.stats()["plans"]:
+                result["compiled_graphs"][g.kind] = result["compiled_graphs"].get(g.kind, 0) + 1
     if distributed:
         import torchtpu.distributed as tdist
         backend = dist.distributed_c10d._get_default_group()._get_backend(device)

@@ -26,6 +26,8 @@ Optimizers: compile the model (and the loss) and step the optimizer eagerly, or 
 the step too with `capturable=True` (the step counter must live on the tpu, not be a CPU
 scalar that Dynamo would specialize on). With `fused=True` PyTorch keeps Dynamo out of the
 step, which then runs eagerly as the native fused kernel (torchtpu/csrc/fused_adam.cpp).
+Over tensor subclasses (FSDP2's DTensor parameters) a graph runs on the subclasses, and its
+plan binds and writes the plain tensors they wrap (_inner_tensors).
 """
 import itertools
 import operator
@@ -35,7 +37,7 @@ import sys
 import torch
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 _ids = itertools.count(1)
 _seen = []  # (kind, graph nodes, input description) of every graph captured, for the log
@@ -45,6 +47,20 @@ _log_recompiles = os.environ.get("TORCHTPU_LOG_RECOMPILES", "0") not in ("", "0"
 MAX_SIZE_VARIANTS = 32
 LOGGED_CHANGES = 6  # differences a recompile line names
 _TENSOR = object()  # an output of a plan's template that is a tensor
+
+
+def _inner_tensors(args):
+    """|args| with each tensor subclass that wraps others (a DTensor: its local shard)
+    replaced by the plain tensors it holds, depth first: what a plan reads and writes."""
+    out = []
+    for a in args:
+        if is_traceable_wrapper_subclass(a):
+            attrs, _ = a.__tensor_flatten__()  # a DTensor's also names its device mesh
+            inner = (getattr(a, name) for name in attrs)
+            out.extend(_inner_tensors([t for t in inner if isinstance(t, torch.Tensor)]))
+        else:
+            out.append(a)
+    return out
 
 
 def _describe(t):
@@ -108,9 +124,14 @@ class _TpuGraph:
         self.by_signature = False
         # whether every argument is a tensor by the graph's own inputs (AOTAutograd records
         # each placeholder's value), so that a call need not check (7 us for 90 arguments)
-        self.tensor_args = all(
-            isinstance(n.meta.get("val", n.meta.get("example_value")), torch.Tensor)
-            for n in gm.graph.nodes if n.op == "placeholder")
+        examples = [n.meta.get("val", n.meta.get("example_value"))
+                    for n in gm.graph.nodes if n.op == "placeholder"]
+        self.tensor_args = all(isinstance(v, torch.Tensor) for v in examples)
+        # a graph Dynamo traced over tensor subclasses (an optimizer step over FSDP2's
+        # DTensor parameters; AOTAutograd's graphs see the inner tensors already) runs on
+        # the subclasses, which compute on the tensors they wrap: those are what a plan
+        # binds and writes in place, so its calls pass them (_inner_tensors)
+        self.wrapped = any(is_traceable_wrapper_subclass(v) for v in examples + self.lifted)
         self.latest = self.fn_id  # the plan id captured last (stats, describe)
 
     def _run(self, args):
@@ -123,15 +144,16 @@ class _TpuGraph:
         args = self.lifted + list(args)
         if not self.by_signature and (self.tensor_args or
                                       all(isinstance(a, torch.Tensor) for a in args)):
+            tensors = _inner_tensors(args) if self.wrapped else args
             # replay checks the devices itself (every input on one chip), faster than Python
-            ok, outs = torch.ops.torchtpu.replay(self.fn_id, args)
+            ok, outs = torch.ops.torchtpu.replay(self.fn_id, tensors)
             if ok:
                 return self._rebuild(self.fn_id, outs)
-            fn, tensors, desc = self.fn_id, args, None
+            fn, desc = self.fn_id, None
         else:
             desc = tuple(_describe(a) for a in args)
             fn = self.variants.get(desc)
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            tensors = _inner_tensors(a for a in args if isinstance(a, torch.Tensor))
             if fn is not None:
                 ok, outs = torch.ops.torchtpu.replay(fn, tensors)
                 if ok:
@@ -158,8 +180,10 @@ class _TpuGraph:
         # ints among the outputs: sizes a forward saves for its backward, which follow from
         # the signature, so a replay returns them as captured
         template = [_TENSOR if isinstance(o, torch.Tensor) else o for o in flat]
-        replayable = all(o is None or o is _TENSOR or type(o) is int for o in template)
-        built = torch.ops.torchtpu.capture_end(device, fn, tensors, outs)
+        # a plan returns plain tensors: a subclass among the outputs runs op by op
+        replayable = (all(o is None or o is _TENSOR or type(o) is int for o in template)
+                      and not any(is_traceable_wrapper_subclass(o) for o in outs))
+        built = torch.ops.torchtpu.capture_end(device, fn, tensors, _inner_tensors(outs))
         if built and replayable and self.templates.get(fn, template) == template:
             self.templates[fn] = template
             self.latest = fn

@@ -98,6 +98,29 @@ def test_compiled_optimizer_step_updates_in_the_graph():
                                        rtol=2e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("flatten", [True, False])
+def test_graph_over_tensor_subclasses_updates_the_tensors_they_wrap(flatten, monkeypatch):
+    # An optimizer step over FSDP2's DTensor parameters: Dynamo's graph runs on wrapper
+    # subclasses that compute on the tensors inside them. The plan binds those inner tensors
+    # and writes them in place on every replay (flatten); were they not passed, the plan
+    # must be refused, since a replay would write fresh copies (the updates after the first
+    # call used to be lost), and the graph runs op by op, still correct.
+    from torch.testing._internal.two_tensor import TwoTensor
+    if not flatten:
+        monkeypatch.setattr(tc, "_inner_tensors", list)
+    p = TwoTensor(torch.zeros(4, device="tpu"), torch.ones(4, device="tpu"))
+    g = TwoTensor(torch.full((4,), 1.0, device="tpu"), torch.full((4,), 3.0, device="tpu"))
+
+    @torch.compile(backend="tpu")
+    def step(p, g):
+        p.mul_(2).add_(g)
+    for _ in range(3):
+        step(p, g)
+    assert p.a.cpu().tolist() == [7.0] * 4  # 0 -> 1 -> 3 -> 7
+    assert p.b.cpu().tolist() == [29.0] * 4  # 1 -> 5 -> 13 -> 29
+    assert [x.stats()["plans"] for x in tc.graphs] == ([1] if flatten else [0])
+
+
 def test_whole_graph_is_one_program_with_a_memory_plan():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),

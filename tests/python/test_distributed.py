@@ -2,7 +2,8 @@
 # each (scripts under tests/python/dist/, launched with torchrun):
 # - every collective against Gloo on CPU, over shared memory and over the Gloo transport;
 # - the GPT example under DDP and under FSDP2 (parameters sharded) gives the losses of one
-#   process with the same global batch, also with TORCHTPU_DIST_TRANSPORT=gloo;
+#   process with the same global batch, also with TORCHTPU_DIST_TRANSPORT=gloo, and also
+#   with the model and the optimizer step compiled (torch.compile(backend="tpu"));
 # - a DTensor tensor-parallel MLP (column- then row-parallel) matches the unsharded one;
 # - a killed rank, a stalled rank and mismatched shapes make the others fail with an error
 #   naming the rank (within the timeout), and no shared-memory segment is left in /dev/shm;
@@ -80,15 +81,19 @@ def single_process_losses():
     return json_line(p.stdout)["losses"]
 
 
-@pytest.mark.parametrize("nproc,mode,transport", [
-    (2, "ddp", "shm"), (4, "ddp", "shm"), (2, "ddp", "gloo"), (2, "fsdp", "shm")])
-def test_training_matches_one_process(single_process_losses, nproc, mode, transport):
+@pytest.mark.parametrize("nproc,mode,transport,compiled", [
+    (2, "ddp", "shm", False), (4, "ddp", "shm", False), (2, "ddp", "gloo", False),
+    (2, "fsdp", "shm", False), (2, "ddp", "shm", True), (2, "fsdp", "shm", True)])
+def test_training_matches_one_process(single_process_losses, nproc, mode, transport, compiled):
     out = torchrun(nproc, os.path.join(EXAMPLES, "train_ddp.py"), "--steps", "4", "--json",
-                   "--mode", mode, env={"TORCHTPU_DIST_TRANSPORT": transport})
+                   "--mode", mode, *(["--compile"] if compiled else []),
+                   env={"TORCHTPU_DIST_TRANSPORT": transport})
     res = json_line(out)
     assert res["world"] == nproc and res["transport"] == transport
     if mode == "fsdp":
         assert res["sharded"], "FSDP2 did not shard the parameters"
+    if compiled:  # the model's forward and backward, and the AdamW step, replayed as plans
+        assert set(res["compiled_graphs"]) == {"forward", "backward", "inference"}, res
     # Same global batch, split across ranks: the same losses up to summation order.
     assert res["losses"] == pytest.approx(single_process_losses, rel=2e-3, abs=2e-3), \
         (res["losses"], single_process_losses)

@@ -136,6 +136,9 @@ std::unique_ptr<Plan> build_plan(Pending &p, const std::vector<at::Tensor> &inpu
       o.offset = w.first->geo.offset -
                  inputs[it->second].storage_offset() * inputs[it->second].itemsize();
     } else {
+      // a tensor the graph read and then wrote that is not an input (one held inside
+      // another, say): a replay would write a fresh copy and the update would be lost
+      if (!w.first->reads.empty()) return nullptr;
       auto [g, fresh] = group_of.emplace(impl, static_cast<int>(plan->group_bytes.size()));
       if (fresh) plan->group_bytes.push_back(impl->nbytes());
       o.index = g->second;
@@ -166,11 +169,6 @@ std::unique_ptr<Plan> build_plan(Pending &p, const std::vector<at::Tensor> &inpu
       r.constant = t;
     }
     plan->results.push_back(std::move(r));
-  }
-  // every live written storage must be an input or hold a result
-  for (const LiveWrite &w : writes) {
-    const c10::StorageImpl *impl = w.second.get();
-    if (!input_of.count(impl) && !group_of.count(impl)) return nullptr;
   }
   return plan;
 }
