@@ -21,6 +21,9 @@ attributes (parameters, optimizer state) lifted to inputs, as AOTAutograd would.
 * If a graph cannot be captured whole (an op with no lowering runs on the CPU, or a value
   is read on the host), that call still runs correctly, and later calls with that
   signature run the graph op by op in eager mode: a graph break inside the graph.
+* A graph that calls collectives (tensor parallelism) is split at them first: each run of
+  ops between collectives is captured and replayed as above, and the collectives run
+  between them through the process group (_split_at_collectives).
 
 Optimizers: compile the model (and the loss) and step the optimizer eagerly, or compile
 the step too with `capturable=True` (the step counter must live on the tpu, not be a CPU
@@ -35,6 +38,7 @@ import os
 import sys
 
 import torch
+import torch.fx.passes.split_module  # noqa: F401 (_split_at_collectives)
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
@@ -70,12 +74,19 @@ def _describe(t):
     return (type(t).__name__, t)
 
 
-def _sizes_only(args):
+def _keyable(args):
     """Whether every argument that is not a tensor is an int or a bool (the sizes of a graph
-    traced with dynamic shapes), so that the arguments can key a plan. A float argument (a
-    value Dynamo stopped specializing on, a learning rate say) tends to change every call:
-    such a graph runs op by op."""
-    return all(isinstance(a, torch.Tensor) or type(a) in (int, bool) for a in args)
+    traced with dynamic shapes) or a device mesh (which AOTAutograd passes to a graph over
+    DTensors), so that the arguments can key a plan. A float argument (a value Dynamo
+    stopped specializing on, a learning rate say) tends to change every call: such a graph
+    runs op by op."""
+    return all(isinstance(a, torch.Tensor) or type(a) in (int, bool) or _is_mesh(a)
+               for a in args)
+
+
+def _is_mesh(a):
+    mesh = getattr(torch.distributed, "device_mesh", None)
+    return mesh is not None and isinstance(a, mesh.DeviceMesh)
 
 
 def changed_inputs(old, new):
@@ -158,7 +169,7 @@ class _TpuGraph:
                 ok, outs = torch.ops.torchtpu.replay(fn, tensors)
                 if ok:
                     return self._rebuild(fn, outs)
-            elif len(self.variants) >= MAX_SIZE_VARIANTS or not _sizes_only(args):
+            elif len(self.variants) >= MAX_SIZE_VARIANTS or not _keyable(args):
                 return self._run(args)  # sizes that keep changing: op by op
         device = self._device_of(tensors)
         if device is None:
@@ -178,10 +189,12 @@ class _TpuGraph:
         flat = list(result) if isinstance(result, (list, tuple)) else [result]
         outs = [o for o in flat if isinstance(o, torch.Tensor)]
         # ints among the outputs: sizes a forward saves for its backward, which follow from
-        # the signature, so a replay returns them as captured
+        # the signature, so a replay returns them as captured, like the device meshes that
+        # a graph over DTensors passes through; a plan returns plain tensors: a subclass
+        # among the outputs runs op by op
         template = [_TENSOR if isinstance(o, torch.Tensor) else o for o in flat]
-        # a plan returns plain tensors: a subclass among the outputs runs op by op
-        replayable = (all(o is None or o is _TENSOR or type(o) is int for o in template)
+        replayable = (all(o is None or o is _TENSOR or type(o) is int or _is_mesh(o)
+                          for o in template)
                       and not any(is_traceable_wrapper_subclass(o) for o in outs))
         built = torch.ops.torchtpu.capture_end(device, fn, tensors, _inner_tensors(outs))
         if built and replayable and self.templates.get(fn, template) == template:
@@ -250,8 +263,70 @@ class _TpuGraph:
 graphs = []  # every _TpuGraph made in this process (for tests and statistics)
 
 
+# Collectives a graph over DTensors calls (tensor parallelism): they run on the host, through
+# the process group, so a plan cannot hold them (_split_at_collectives).
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
+
+
+def _is_collective(node):
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and node.target.namespace in _COLLECTIVE_NAMESPACES)
+
+
+class _Boxed:
+    """A graph module called as AOTAutograd calls a compiled graph: one list of arguments."""
+
+    def __init__(self, gm):
+        self.gm = gm
+        self._boxed_call = True  # per instance: Dynamo's wrappers copy the instance's dict
+
+    def __call__(self, args):
+        return self.gm(*args)
+
+
+class _PlanModule(torch.nn.Module):
+    """A part of a split graph, replayed as a plan: called with the arguments one by one."""
+
+    def __init__(self, part):
+        super().__init__()
+        self.part = part  # a _TpuGraph
+
+    def forward(self, *args):
+        return self.part(args)
+
+
+def _split_at_collectives(gm, kind):
+    """A graph that calls collectives, as parts: the runs of ops between collectives become
+    plans of their own (_TpuGraph), and the collectives run between them as eager ops. So a
+    tensor-parallel layer is a plan, an all_reduce, a plan, as XLA would place the collective
+    between two fusions. None when the graph calls none."""
+    if not any(_is_collective(n) for n in gm.graph.nodes):
+        return None
+    part, collective, parts = 0, None, {}
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr", "output"):
+            continue
+        here = _is_collective(node)
+        if collective is not None and here != collective:
+            part += 1
+        collective = here
+        parts[node] = (part, here)
+    split = torch.fx.passes.split_module.split_module(
+        gm, None, lambda node: parts[node][0], keep_original_order=True, tuple_return=True)
+    computing = {p for p, here in parts.values() if not here}
+    for name, sub in list(split.named_children()):
+        if int(name.rsplit("_", 1)[1]) in computing:
+            g = _TpuGraph(sub, kind)
+            graphs.append(g)
+            setattr(split, name, _PlanModule(g))
+    return _Boxed(split)
+
+
 def _compiler(kind):
     def compile_graph(gm, example_inputs):
+        split = _split_at_collectives(gm, kind)
+        if split is not None:
+            return split
         g = _TpuGraph(gm, kind)
         graphs.append(g)
         return g
@@ -367,11 +442,32 @@ def check_settings(mode=None, options=None):
                                f"torch._inductor.list_options())")
 
 
+def _reads_subclasses_only(gm):
+    """Whether Dynamo's graph takes tensor subclasses (DTensors) and updates none of its
+    inputs in place (no op whose name ends in one underscore)."""
+    subclass = False
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            subclass |= is_traceable_wrapper_subclass(node.meta.get("example_value"))
+        elif node.op == "get_attr":
+            subclass |= is_traceable_wrapper_subclass(operator.attrgetter(node.target)(gm))
+        elif node.op in ("call_function", "call_method"):
+            name = node.target if isinstance(node.target, str) else getattr(
+                node.target, "__name__", "")
+            if name.endswith("_") and not name.endswith("__"):
+                return False
+    return subclass
+
+
 def tpu_backend(gm, example_inputs, mode=None, options=None):
     """torch.compile(backend="tpu"): AOTAutograd for graphs that need autograd (a forward
-    and its backward), Dynamo's graph directly for the others. `mode` and `options` are
-    torch.compile's (check_settings)."""
+    and its backward), Dynamo's graph directly for the others, except a graph over DTensors
+    that updates nothing (inference of a tensor-parallel model): AOTAutograd turns its
+    DTensor ops into plain ops and the collectives they imply, so that it splits into plans
+    around them (_split_at_collectives); run directly, a collective would cut its capture.
+    (An optimizer step over FSDP2's DTensor parameters runs directly: its ops are local.)
+    `mode` and `options` are torch.compile's (check_settings)."""
     check_settings(mode, options)
-    if _without_autograd(gm):
+    if _without_autograd(gm) and not _reads_subclasses_only(gm):
         return _direct(gm)
     return aot_backend(gm, example_inputs)

@@ -1,7 +1,9 @@
 """torch.compile(backend="tpu"): the examples train compiled with the same losses as eager
 (and as the CPU within DEFAULT precision), graph breaks run correctly, whole graphs become
-one compiled program whose memory plan reuses buffers, recompiles say what changed, and
-torchtpu.export's StableHLO runs under JAX's XLA with PyTorch's results.
+one compiled program whose memory plan reuses buffers, recompiles say what changed, a graph
+with collectives is split into plans around them, graphs over tensor subclasses update the
+tensors they wrap, and torchtpu.export's StableHLO runs under JAX's XLA with PyTorch's
+results.
 """
 import os
 import subprocess
@@ -119,6 +121,39 @@ def test_graph_over_tensor_subclasses_updates_the_tensors_they_wrap(flatten, mon
     assert p.a.cpu().tolist() == [7.0] * 4  # 0 -> 1 -> 3 -> 7
     assert p.b.cpu().tolist() == [29.0] * 4  # 1 -> 5 -> 13 -> 29
     assert [x.stats()["plans"] for x in tc.graphs] == ([1] if flatten else [0])
+
+
+def test_collectives_split_a_graph_into_plans():
+    # A graph that calls a collective (a tensor-parallel layer's all_reduce) is split there:
+    # the ops before and after it are plans of their own, the collective runs between them
+    # through the process group; forward and backward (funcol's all_reduce has one) alike.
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    dist.init_process_group("tpu", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        def f(x, w):
+            y = torch.relu(x @ w)
+            y = funcol.all_reduce(y, "sum", dist.group.WORLD)
+            return (y * 2 + 1).sum(0)
+        x = torch.randn(4, 8, device="tpu")
+        w = torch.randn(8, 8, device="tpu", requires_grad=True)
+        w_eager = w.detach().clone().requires_grad_()
+        cf = torch.compile(f, backend="tpu")
+        for _ in range(3):
+            w.grad = w_eager.grad = None
+            out = cf(x, w)
+            out.sum().backward()
+            ref = f(x, w_eager)
+            ref.sum().backward()
+            torch.testing.assert_close(out.cpu(), ref.cpu())
+            torch.testing.assert_close(w.grad.cpu(), w_eager.grad.cpu())
+    finally:
+        dist.destroy_process_group()
+    assert [g.kind for g in tc.graphs] == ["forward", "forward", "backward", "backward"]
+    for g in tc.graphs:  # each part replays its plan, and holds no collective
+        assert g.stats()["plans"] == 1
+        assert not any(tc._is_collective(n) for n in g.gm.graph.nodes)
+    assert "DOT_GENERAL" in tc.graphs[0].describe()  # the matmul is before the all_reduce
 
 
 def test_whole_graph_is_one_program_with_a_memory_plan():

@@ -4,7 +4,8 @@
 # - the GPT example under DDP and under FSDP2 (parameters sharded) gives the losses of one
 #   process with the same global batch, also with TORCHTPU_DIST_TRANSPORT=gloo, and also
 #   with the model and the optimizer step compiled (torch.compile(backend="tpu"));
-# - a DTensor tensor-parallel MLP (column- then row-parallel) matches the unsharded one;
+# - a DTensor tensor-parallel MLP (column- then row-parallel) matches the unsharded one,
+#   eager and compiled (the compiled forward split at its all_reduce into plans);
 # - a killed rank, a stalled rank and mismatched shapes make the others fail with an error
 #   naming the rank (within the timeout), and no shared-memory segment is left in /dev/shm;
 # - chip collectives within one process (TORCHTPU_CHIPS=4), and the interconnect model.
@@ -100,11 +101,15 @@ def test_training_matches_one_process(single_process_losses, nproc, mode, transp
     assert res["losses"][-1] < res["losses"][0]
 
 
-@pytest.mark.parametrize("nproc", [2])
-def test_tensor_parallel_mlp_matches_unsharded(nproc, tmp_path):
-    torchrun(nproc, "dist/tp_mlp.py", out_dir=tmp_path)
+@pytest.mark.parametrize("nproc,compiled", [(2, False), (2, True)])
+def test_tensor_parallel_mlp_matches_unsharded(nproc, compiled, tmp_path):
+    torchrun(nproc, "dist/tp_mlp.py", *(["--compile"] if compiled else []), out_dir=tmp_path)
     res = oks(tmp_path, nproc)
     assert all(r["max_output_diff"] < 1e-4 for r in res.values())
+    if compiled:  # the forward is split at its all_reduce: the layers before it are a plan
+        for r in res.values():
+            assert r["plans"]["forward"] >= 1 and r["plans"]["backward"] >= 1, r
+            assert r["no_grad_plans"] >= 1, r
 
 
 def _launch_ranks(mode, world, timeout_s=3):
