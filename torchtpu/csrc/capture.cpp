@@ -15,6 +15,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "cost_hooks.h"
 #include "device.h"
 #include "eager.h"
 #include "fused_internal.h"
@@ -211,10 +212,13 @@ void run_plan(const Plan &plan, at::TensorList inputs,
   if (capture_outputs) {
     outs = *capture_outputs;
   } else {
+    // straight from the allocator (not at::empty: a dispatched op and a tensor per group,
+    // half of a GPT forward's replay), on the plan's chip, named by the plan in OOM reports
+    c10::DeviceGuard guard(c10::Device(kTpu, plan.device));
+    cost::OpScope scope(plan.name.c_str());  // plans live for the process
     for (size_t bytes : plan.group_bytes) {
-      groups.push_back(at::empty({static_cast<int64_t>(bytes)},
-                                 at::TensorOptions().dtype(at::kByte).device(kTpu, plan.device))
-                           .storage());
+      groups.emplace_back(c10::Storage::use_byte_size_t(), bytes, allocator(),
+                          /*resizable=*/true);
     }
     for (const PlanOutput &o : plan.outputs) {
       char *base = o.to_input ? const_cast<char *>(data_of(inputs[o.index]))
