@@ -8,7 +8,6 @@
 // where each output goes (a new storage, or an input it mutates), so that later calls
 // with the same input signature only bind pointers and queue one executable: no Python
 // per op, no lowering, no cache lookup.
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>
