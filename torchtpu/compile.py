@@ -263,6 +263,21 @@ class _TpuGraph:
 graphs = []  # every _TpuGraph made in this process (for tests and statistics)
 
 
+def _new_graph(gm, kind, lifted=None):
+    """A _TpuGraph for |gm|, recorded in graphs."""
+    g = _TpuGraph(gm, kind, lifted)
+    graphs.append(g)
+    return g
+
+
+def _input_value(gm, node):
+    """What a placeholder or get_attr node of Dynamo's graph |gm| reads: the placeholder's
+    example value, the attribute itself."""
+    if node.op == "get_attr":
+        return operator.attrgetter(node.target)(gm)
+    return node.meta.get("example_value")
+
+
 # Collectives a graph over DTensors calls (tensor parallelism): they run on the host, through
 # the process group, so a plan cannot hold them (_split_at_collectives).
 _COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
@@ -316,20 +331,14 @@ def _split_at_collectives(gm, kind):
     computing = {p for p, here in parts.values() if not here}
     for name, sub in list(split.named_children()):
         if int(name.rsplit("_", 1)[1]) in computing:
-            g = _TpuGraph(sub, kind)
-            graphs.append(g)
-            setattr(split, name, _PlanModule(g))
+            setattr(split, name, _PlanModule(_new_graph(sub, kind)))
     return _Boxed(split)
 
 
 def _compiler(kind):
     def compile_graph(gm, example_inputs):
         split = _split_at_collectives(gm, kind)
-        if split is not None:
-            return split
-        g = _TpuGraph(gm, kind)
-        graphs.append(g)
-        return g
+        return split if split is not None else _new_graph(gm, kind)
     return compile_graph
 
 
@@ -396,9 +405,7 @@ def _without_autograd(gm):
             if any(isinstance(v, torch.Tensor) and v.requires_grad for v in outs):
                 return False
         elif node.op in ("placeholder", "get_attr") and torch.is_grad_enabled():
-            v = node.meta.get("example_value")
-            if node.op == "get_attr":
-                v = operator.attrgetter(node.target)(gm)
+            v = _input_value(gm, node)
             if isinstance(v, torch.Tensor) and v.requires_grad:
                 return False
     return True
@@ -412,11 +419,10 @@ def _direct(gm):
     lifted = []
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            v = operator.attrgetter(node.target)(gm)
+            v = _input_value(gm, node)
             if isinstance(v, torch.Tensor):
                 lifted.append(v)
-    g = _TpuGraph(gm, "inference", lifted)
-    graphs.append(g)
+    g = _new_graph(gm, "inference", lifted)
 
     def run(*args):
         return g(args)
@@ -447,10 +453,8 @@ def _reads_subclasses_only(gm):
     inputs in place (no op whose name ends in one underscore)."""
     subclass = False
     for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            subclass |= is_traceable_wrapper_subclass(node.meta.get("example_value"))
-        elif node.op == "get_attr":
-            subclass |= is_traceable_wrapper_subclass(operator.attrgetter(node.target)(gm))
+        if node.op in ("placeholder", "get_attr"):
+            subclass |= is_traceable_wrapper_subclass(_input_value(gm, node))
         elif node.op in ("call_function", "call_method"):
             name = node.target if isinstance(node.target, str) else getattr(
                 node.target, "__name__", "")
