@@ -666,8 +666,11 @@ TEST(packers_agree) {
             free(p1), free(p2);
           }
         }
-        if (layout == 1) { /* the whole-row packer: all panels of width 16 and 32 at once */
-          for (int width = 16; width <= 32; width += 16) {
+        if (layout == 1) { /* the whole-row packer: all panels at once, widths of whole
+                              * vectors (16, 32) and, for the BF16 format, any (14: mr) */
+          static const int row_widths[4] = {16, 32, 14, 13};
+          for (int rw = 0; rw < (bf16 ? 4 : 2); rw++) {
+            int width = row_widths[rw];
             int64_t kpass = K + bf16, steps = passes * kpass / (bf16 ? 2 : 1);
             int64_t np = (W + width - 1) / width, n = np * steps * width;
             uint32_t *p1 = calloc((size_t)n, 4), *p2 = calloc((size_t)n, 4);

@@ -319,6 +319,8 @@ static bool pack_rows(gemm_ctx *x, bool is_a, int64_t bl, int64_t kb, int64_t ke
                             x->ksteps * width);
 }
 
+static bool w_unit(const tpu_gemm_axis_t *ax) { return !ax->offsets && ax->stride == 1; }
+
 /* Packing items: per batch, either one per panel (all of K) or, for an operand read along
  * its rows (tpu_gemm_panel_reads_rows), one per k chunk across all its panels. */
 static void pack_slot(void *arg, int64_t begin, int64_t end) {
@@ -699,9 +701,12 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
   x.scratch = sbytes ? (float *)(ws + abytes + bbytes) : NULL;
   tpu_gemm_panel_src_t asrc = {NULL, g->a.dtype, &g->a.rows, &g->a.cols, 1, NULL};
   tpu_gemm_panel_src_t bsrc = {NULL, g->b.dtype, &g->b.cols, &g->b.rows, 1, NULL};
+  /* an operand read along its rows goes k chunk by k chunk when there are several chunks
+   * to share, or when it is contiguous along w (the whole-row packer then sweeps each
+   * source row once, instead of a short strided read per panel) */
   int64_t kchunks = (x.kpass + kPackChunk - 1) / kPackChunk;
-  x.a_by_k = tpu_gemm_panel_reads_rows(&asrc) && kchunks > 1;
-  x.b_by_k = tpu_gemm_panel_reads_rows(&bsrc) && kchunks > 1;
+  x.a_by_k = tpu_gemm_panel_reads_rows(&asrc) && (kchunks > 1 || w_unit(&g->a.rows));
+  x.b_by_k = tpu_gemm_panel_reads_rows(&bsrc) && (kchunks > 1 || w_unit(&g->b.cols));
   x.a_items = x.a_by_k ? kchunks : x.mpanels;
   x.b_items = x.b_by_k ? kchunks : x.npanels;
   task_grid(&x, group, slots);

@@ -9,6 +9,11 @@
  * into the f32 accumulator with round to nearest even and flushes subnormals, which is
  * within the f32-accumulation-order tolerance of the reference.
  *
+ * The bf16 packers have a fast path for the common case, f32 sources at one pass (DEFAULT
+ * precision: the hi component only): whole runs of 16 loaded unmasked and converted with
+ * vcvtneps2bf16 / vcvtne2ps2bf16 (the same rounding), instead of the general per-lane
+ * component code. Other dtypes, passes and the edges take the general path.
+ *
  * Compiled with target attributes, so the file builds with the project's generic flags;
  * gemm.c only calls in after tpu_cpu_features() reports the ISA.
  */
@@ -128,6 +133,14 @@ TPU_AVX512BF16_INLINE static __m256i gather16(const char *s, const int64_t *off,
   return component16(x, comp);
 }
 
+/* The hi component (bf16, round to nearest even) of the 16 f32 values at |s0| and at
+ * |s1|, as 16 pairs (low half from s0): the same bits as load16 of each. */
+TPU_AVX512BF16_INLINE static __m512i pairs_f32(const float *s0, const float *s1) {
+  __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s0)));
+  __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s1)));
+  return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
+
 /* Rows k and k+1 of the panel are read along w, converted, zero-extended and interleaved
  * into pairs. Each run of 16 along w is loaded directly when it is contiguous in memory
  * (unit stride, or a table whose 16 offsets are consecutive: an output row of an implicit
@@ -144,23 +157,30 @@ TPU_AVX512BF16 static void pack_bf16_rows(const tpu_gemm_panel_src_t *src, int64
   tpu_gemm_panel_runs(wax, w0, wn, width, 16, woff, run);
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp[p];
+    const bool f32_hi = src->dtype == TPU_F32 && c == 0;
     for (int64_t k = kb; k < ke; k += 2) {
       uint32_t *row = d + ((int64_t)p * kpass + k) / 2 * width;
       const char *s0 = k < K ? base + tpu_gemm_axis_offset(kax, k) * es : NULL;
       const char *s1 = k + 1 < K ? base + tpu_gemm_axis_offset(kax, k + 1) * es : NULL;
       for (int i = 0; i < width; i += 16) {
         int n = wn - i;
-        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-        if (n > 0 && s0) {
-          lo = _mm512_cvtepu16_epi32(run[i / 16] ? load16(s0 + woff[i] * es, src->dtype, n, c)
-                                                 : gather16(s0, woff + i, src->dtype, n, c));
+        __m512i v;
+        if (f32_hi && n >= 16 && s1 && run[i / 16]) { /* a whole contiguous run */
+          v = pairs_f32((const float *)(const void *)s0 + woff[i],
+                        (const float *)(const void *)s1 + woff[i]);
+        } else {
+          __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+          if (n > 0 && s0) {
+            lo = _mm512_cvtepu16_epi32(run[i / 16] ? load16(s0 + woff[i] * es, src->dtype, n, c)
+                                                   : gather16(s0, woff + i, src->dtype, n, c));
+          }
+          if (n > 0 && s1) {
+            hi = _mm512_cvtepu16_epi32(run[i / 16] ? load16(s1 + woff[i] * es, src->dtype, n, c)
+                                                   : gather16(s1, woff + i, src->dtype, n, c));
+          }
+          v = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
         }
-        if (n > 0 && s1) {
-          hi = _mm512_cvtepu16_epi32(run[i / 16] ? load16(s1 + woff[i] * es, src->dtype, n, c)
-                                                 : gather16(s1, woff + i, src->dtype, n, c));
-        }
-        _mm512_mask_storeu_epi32(row + i, first_n(width - i),
-                                 _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        _mm512_mask_storeu_epi32(row + i, first_n(width - i), v);
       }
     }
   }
@@ -168,14 +188,18 @@ TPU_AVX512BF16 static void pack_bf16_rows(const tpu_gemm_panel_src_t *src, int64
 
 /* r[i] = row i of a 16 x 16 block of u32 becomes r[j] = column j: pairs of rows
  * interleaved 32 then 64 bits at a time within each 128-bit lane, then the 4 x 4 grid of
- * 128-bit lanes transposed (64 shuffles instead of 256 scalar moves). */
+ * 128-bit lanes transposed (64 shuffles instead of 256 scalar moves). The loops are
+ * unrolled so that the 16 rows stay in registers (rolled, GCC spilled them: the k-contiguous
+ * packer ran at half the speed). */
 TPU_AVX512BF16_INLINE static void transpose16x16(__m512i r[16]) {
   __m512i t[16], u[16];
+#pragma GCC unroll 8
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
     t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
   }
   /* u[4g + c]: lane L holds column 4L + c of rows 4g .. 4g+3 */
+#pragma GCC unroll 4
   for (int g = 0; g < 4; g++) {
     __m512i *q = t + 4 * g;
     u[4 * g + 0] = _mm512_unpacklo_epi64(q[0], q[2]);
@@ -183,6 +207,7 @@ TPU_AVX512BF16_INLINE static void transpose16x16(__m512i r[16]) {
     u[4 * g + 2] = _mm512_unpacklo_epi64(q[1], q[3]);
     u[4 * g + 3] = _mm512_unpackhi_epi64(q[1], q[3]);
   }
+#pragma GCC unroll 4
   for (int c = 0; c < 4; c++) {
     __m512i s0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88); /* lanes 0, 2 of each */
     __m512i s1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xdd); /* lanes 1, 3 */
@@ -209,6 +234,7 @@ TPU_AVX512BF16 static void pack_bf16_cols(const tpu_gemm_panel_src_t *src, int64
   }
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp[p];
+    const bool f32_hi = src->dtype == TPU_F32 && c == 0;
     uint32_t *dp = d + (int64_t)p * kpass / 2 * width;
     for (int64_t k = kb; k < ke; k += 32) {
       int64_t left = K - k;
@@ -216,16 +242,29 @@ TPU_AVX512BF16 static void pack_bf16_cols(const tpu_gemm_panel_src_t *src, int64
       int n1 = left <= 16 ? 0 : left >= 32 ? 16 : (int)(left - 16);
       int pairs = (ke - k) / 2 < 16 ? (int)((ke - k) / 2) : 16;
       uint32_t *out = dp + k / 2 * width;
+      const __mmask16 m0 = first_n(n0), m1 = first_n(n1);
       for (int i0 = 0; i0 < width; i0 += 16) {
         __m512i r[16]; /* row i0 + i: its 16 pairs */
-        for (int i = 0; i < 16; i++) {
-          __m256i v0 = _mm256_setzero_si256(), v1 = _mm256_setzero_si256();
-          if (i0 + i < wn && n0) v0 = load16(rows[i0 + i] + k * es, src->dtype, n0, c);
-          if (i0 + i < wn && n1) v1 = load16(rows[i0 + i] + (k + 16) * es, src->dtype, n1, c);
-          r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
+        const int nv = wn - i0; /* rows of this block that exist */
+        if (f32_hi) { /* 32 k of a row in one two-source conversion: its pairs in place */
+#pragma GCC unroll 16
+          for (int i = 0; i < 16; i++) {
+            const float *x = (const float *)(const void *)rows[i < nv ? i0 + i : 0] + k;
+            __m512 lo = _mm512_maskz_loadu_ps(i < nv ? m0 : 0, x);
+            __m512 hi = _mm512_maskz_loadu_ps(i < nv ? m1 : 0, x + 16);
+            r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+          }
+        } else {
+          for (int i = 0; i < 16; i++) {
+            __m256i v0 = _mm256_setzero_si256(), v1 = _mm256_setzero_si256();
+            if (i < nv && n0) v0 = load16(rows[i0 + i] + k * es, src->dtype, n0, c);
+            if (i < nv && n1) v1 = load16(rows[i0 + i] + (k + 16) * es, src->dtype, n1, c);
+            r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
+          }
         }
         transpose16x16(r);
         __mmask16 m = first_n(width - i0);
+#pragma GCC unroll 16
         for (int j = 0; j < pairs; j++) _mm512_mask_storeu_epi32(out + j * width + i0, m, r[j]);
       }
     }
@@ -353,8 +392,9 @@ bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0,
 /* ---- whole-row packer: every panel of a w-contiguous source in one sweep ------------------ */
 
 /* For each k (pair) of [kb, ke), reads the source rows from end to end and writes each run
- * of 16 into its panel: two sequential read streams instead of one short strided read per
- * panel and row. Panel i (w from i * width) is at dst + i * panel_stride entries. */
+ * of up to 16 into its panel: two sequential read streams instead of one short strided
+ * read per panel and row. Panel i (w from i * width) is at dst + i * panel_stride entries;
+ * a width that is not a multiple of 16 ends each panel row with a shorter run. */
 TPU_AVX512BF16 static void pack_rows_bf16(const tpu_gemm_panel_src_t *src, int width,
                                           int64_t npanels, int64_t kpass, int64_t kb, int64_t ke,
                                           uint32_t *dst, int64_t panel_stride) {
@@ -362,19 +402,32 @@ TPU_AVX512BF16 static void pack_rows_bf16(const tpu_gemm_panel_src_t *src, int w
   const char *base = src->data;
   for (int p = 0; p < src->num_passes; p++) {
     int c = src->comp[p];
+    const bool f32_hi = src->dtype == TPU_F32 && c == 0;
     for (int64_t k = kb; k < ke; k += 2) {
-      int64_t row = ((int64_t)p * kpass + k) / 2 * width;
-      const char *s0 = k < K ? base + tpu_gemm_axis_offset(src->k, k) * es : NULL;
-      const char *s1 = k + 1 < K ? base + tpu_gemm_axis_offset(src->k, k + 1) * es : NULL;
+      uint32_t *row = dst + ((int64_t)p * kpass + k) / 2 * width;
+      /* a row past K reads nothing (no lanes): any valid address will do */
+      const char *s0 = base + (k < K ? tpu_gemm_axis_offset(src->k, k) * es : 0);
+      const char *s1 = base + (k + 1 < K ? tpu_gemm_axis_offset(src->k, k + 1) * es : 0);
       for (int64_t pi = 0; pi < npanels; pi++) {
-        uint32_t *d = dst + pi * panel_stride + row;
+        uint32_t *d = row + pi * panel_stride;
         for (int i = 0; i < width; i += 16) {
           int64_t w = pi * width + i;
-          int n = W - w >= 16 ? 16 : (int)(W - w);
-          __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-          if (n > 0 && s0) lo = _mm512_cvtepu16_epi32(load16(s0 + w * es, src->dtype, n, c));
-          if (n > 0 && s1) hi = _mm512_cvtepu16_epi32(load16(s1 + w * es, src->dtype, n, c));
-          _mm512_storeu_si512(d + i, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+          if (f32_hi && k + 1 < K && w + 16 <= W) { /* 16 of each row: unmasked loads */
+            __m512i v = pairs_f32((const float *)(const void *)s0 + w,
+                                  (const float *)(const void *)s1 + w);
+            if (i + 16 <= width) {
+              _mm512_storeu_si512(d + i, v);
+            } else { /* the panel ends first (width 14): the rest belongs to the next one */
+              _mm512_mask_storeu_epi32(d + i, first_n(width - i), v);
+            }
+            continue;
+          }
+          int n = W - w >= 16 ? 16 : W - w <= 0 ? 0 : (int)(W - w);
+          __m512i lo = _mm512_cvtepu16_epi32(load16(s0 + w * es, src->dtype, k < K ? n : 0, c));
+          __m512i hi =
+              _mm512_cvtepu16_epi32(load16(s1 + w * es, src->dtype, k + 1 < K ? n : 0, c));
+          _mm512_mask_storeu_epi32(d + i, first_n(width - i),
+                                   _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
         }
       }
     }
@@ -408,7 +461,7 @@ TPU_AVX512 static void pack_rows_f32(const tpu_gemm_panel_src_t *src, int width,
 bool tpu_gemm_pack_rows_bf16_avx512(const tpu_gemm_panel_src_t *src, int width, int64_t npanels,
                                     int64_t kpass, int64_t kb, int64_t ke, void *dst,
                                     int64_t panel_stride) {
-  if (src->w->offsets || src->w->stride != 1 || width % 16 != 0) return false;
+  if (src->w->offsets || src->w->stride != 1 || width > 64) return false;
   if (!tpu_cpu_features()->avx512_bf16 || (src->dtype != TPU_F32 && src->dtype != TPU_BF16)) {
     return false;
   }

@@ -1,0 +1,245 @@
+/* cached_graphs.c: times the executables of the graphs a process stored in a
+ * TORCHTPU_CACHE_DIR (the persistent cache's entry files, src/compiler/disk_cache.c), on
+ * one thread, without Python: the compiled GPT step's forward, backward and optimizer
+ * graphs as the compiler builds them, on fixed inputs. Prints per graph its nodes, steps,
+ * fused steps, kernels, and us per run (best and median of rounds), so a compiler or kernel
+ * change can be measured on the real graphs in isolation (and counted with callgrind).
+ *
+ * Build and run from the repo root (after `make lib`):
+ *   TORCHTPU_CACHE_DIR=/tmp/gpt .venv/bin/python examples/train_gpt.py --steps 3 --compile
+ *   cc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -Isrc bench/cached_graphs.c \
+ *      build/release/libtpu.a -pthread -lm -o build/cached_graphs
+ *   build/cached_graphs /tmp/gpt [min nodes, default 50] [rounds, default 200] [--describe]
+ *      [--helper]
+ * --describe prints each executable's steps; --helper runs the graphs on a pool that a
+ * second thread helps, spinning in tpu_pool_help as a thread waiting in
+ * tpu_stream_synchronize does (how much of a graph two cores share).
+ *
+ * Inputs: floats in [-1, 1), integers 0..6 (in range for the example's gathers), bools
+ * alternating. Outputs that an entry's alias table ties to a parameter are written in
+ * place, as in the process that stored it. Entries of any build are read (the build tag
+ * is not checked): this is a measuring tool, not the cache.
+ */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "tpu/compiler.h"
+#include "tpu/ir.h"
+
+#define HEADER_BYTES 72 /* disk_cache.c's entry header */
+#define MAX_IO 4096
+
+typedef struct entry {
+  tpu_graph_t *graph;
+  tpu_compile_options_t options;
+  int32_t *alias;
+} entry_t;
+
+/* Reads the entry file |path| (format in disk_cache.c): false if it is not one. */
+static bool read_entry(const char *path, entry_t *e) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = len > HEADER_BYTES ? malloc((size_t)len) : NULL;
+  bool ok = b && fread(b, 1, (size_t)len, f) == (size_t)len && !memcmp(b, "TPUCACHE", 8);
+  fclose(f);
+  uint64_t key_len = 0, extra_len = 0, graph_len = 0, mask = 0;
+  uint32_t disable = 0, num_alias = 0;
+  if (ok) {
+    memcpy(&key_len, b + 24, 8);
+    memcpy(&extra_len, b + 32, 8);
+    memcpy(&graph_len, b + 40, 8);
+    memcpy(&mask, b + 48, 8);
+    memcpy(&disable, b + 56, 4);
+    memcpy(&num_alias, b + 60, 4);
+    ok = num_alias < MAX_IO && key_len + extra_len + graph_len + 4ull * num_alias ==
+                                   (uint64_t)len - HEADER_BYTES;
+  }
+  memset(e, 0, sizeof *e);
+  if (ok) {
+    const unsigned char *p = b + HEADER_BYTES + key_len + extra_len;
+    if (num_alias) {
+      e->alias = malloc(4ull * num_alias);
+      memcpy(e->alias, p, 4ull * num_alias);
+    }
+    p += 4ull * num_alias;
+    ok = tpu_graph_deserialize(p, graph_len, tpu_allocator_system(), &e->graph) == TPU_OK;
+  }
+  free(b);
+  e->options.output_may_alias_input = mask;
+  e->options.disable_passes = disable;
+  e->options.output_alias_param = e->alias;
+  e->options.num_output_alias = (int32_t)num_alias;
+  if (!ok) free(e->alias);
+  return ok;
+}
+
+/* Bytes spanned by a |dtype| buffer of |shape| with |strides| (NULL: dense), plus slack. */
+static size_t span_bytes(tpu_dtype_t dtype, const tpu_shape_t *shape, const int64_t *strides) {
+  int64_t n = 1, last = 0;
+  for (int d = 0; d < shape->rank; d++) {
+    n *= shape->dims[d];
+    if (strides && shape->dims[d] > 0) last += (shape->dims[d] - 1) * llabs(strides[d]);
+  }
+  if (strides) n = n ? last + 1 : 0;
+  return ((size_t)n * tpu_dtype_size(dtype) + 64 + 63) / 64 * 64;
+}
+
+static void fill(void *p, tpu_dtype_t dtype, size_t bytes, uint64_t seed) {
+  size_t n = bytes / tpu_dtype_size(dtype);
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    float f = (float)((seed >> 40) & 0xffff) / 32768.0f - 1.0f;
+    switch (dtype) {
+      case TPU_F32: ((float *)p)[i] = f; break;
+      case TPU_F64: ((double *)p)[i] = f; break;
+      case TPU_BF16: ((uint16_t *)p)[i] = tpu_f32_to_bf16(f); break;
+      case TPU_F16: ((uint16_t *)p)[i] = tpu_f32_to_f16(f); break;
+      case TPU_I64: ((int64_t *)p)[i] = (int64_t)((seed >> 33) % 7); break;
+      case TPU_I32: ((int32_t *)p)[i] = (int32_t)((seed >> 33) % 7); break;
+      case TPU_BOOL: ((uint8_t *)p)[i] = (uint8_t)(i & 1); break;
+      default: ((uint8_t *)p)[i] = (uint8_t)((seed >> 33) % 7); break;
+    }
+  }
+}
+
+/* --helper: a second thread lends itself to the pool while the runs are timed, as a
+ * thread waiting in tpu_stream_synchronize does */
+static tpu_pool_t *g_pool;
+static atomic_bool g_stop;
+
+static bool stopped(void *arg) {
+  (void)arg;
+  return atomic_load(&g_stop);
+}
+
+static void *helper_main(void *arg) {
+  (void)arg;
+  while (!atomic_load(&g_stop)) tpu_pool_help(g_pool, stopped, NULL, 1000 * 1000 * 1000, NULL);
+  return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Compiles and times one entry; prints its line. */
+static void time_entry(const char *name, entry_t *e, int rounds, bool describe) {
+  tpu_executable_t *exe = NULL;
+  if (tpu_compile(e->graph, &e->options, tpu_allocator_system(), &exe) != TPU_OK) {
+    fprintf(stderr, "%s: %s\n", name, tpu_status_message());
+    return;
+  }
+  int nin = tpu_executable_num_inputs(exe), nout = tpu_executable_num_outputs(exe);
+  void **in = calloc((size_t)nin + 1, sizeof *in), **out = calloc((size_t)nout + 1, sizeof *out);
+  for (int v = 0; v < tpu_graph_num_nodes(e->graph); v++) {
+    const tpu_node_t *n = tpu_graph_node(e->graph, v);
+    if (n->op != TPU_OP_PARAMETER || n->attrs.param.index >= nin) continue;
+    size_t bytes = span_bytes(n->dtype, &n->shape, n->attrs.param.strided ? n->attrs.param.strides : NULL);
+    in[n->attrs.param.index] = aligned_alloc(64, bytes);
+    fill(in[n->attrs.param.index], n->dtype, bytes, 1234 + (uint64_t)v);
+  }
+  for (int o = 0; o < nout; o++) {
+    int32_t p = o < e->options.num_output_alias ? e->alias[o] : TPU_OUTPUT_ALIAS_NONE;
+    if (p >= 0 && p < nin) {
+      out[o] = NULL; /* written into its parameter */
+      continue;
+    }
+    int64_t strides[TPU_MAX_RANK];
+    bool strided = tpu_executable_output_strides(exe, o, strides);
+    out[o] = aligned_alloc(64, span_bytes(tpu_executable_output_dtype(exe, o),
+                                          tpu_executable_output_shape(exe, o),
+                                          strided ? strides : NULL));
+  }
+  for (int o = 0; o < nout; o++) {
+    int32_t p = o < e->options.num_output_alias ? e->alias[o] : TPU_OUTPUT_ALIAS_NONE;
+    if (p >= 0 && p < nin) out[o] = in[p];
+  }
+  size_t sb = tpu_executable_scratch_bytes(exe);
+  void *scratch = aligned_alloc(64, (sb + 64 + 63) / 64 * 64);
+  double *t = calloc((size_t)rounds, sizeof *t);
+  tpu_status_t st = tpu_executable_run(exe, in, out, scratch, g_pool); /* warm-up */
+  for (int r = 0; r < rounds && st == TPU_OK; r++) {
+    double t0 = bench_now_s();
+    st = tpu_executable_run(exe, in, out, scratch, g_pool);
+    t[r] = (bench_now_s() - t0) * 1e6;
+  }
+  if (st != TPU_OK) {
+    fprintf(stderr, "%s: %s\n", name, tpu_status_message());
+  } else {
+    qsort(t, (size_t)rounds, sizeof *t, cmp_double);
+    printf("%-22s %6d %6d %6d %7d %9.1f %9.1f\n", name, tpu_graph_num_nodes(e->graph),
+           tpu_executable_num_steps(exe), tpu_executable_num_fused(exe),
+           tpu_executable_num_kernels(exe), t[0], t[rounds / 2]);
+  }
+  if (describe) {
+    char *text = NULL;
+    if (tpu_executable_describe(exe, tpu_allocator_system(), &text, NULL) == TPU_OK) {
+      printf("%s\n", text);
+      free(text);
+    }
+  }
+  free(t);
+  free(scratch);
+  for (int o = 0; o < nout; o++) {
+    int32_t p = o < e->options.num_output_alias ? e->alias[o] : TPU_OUTPUT_ALIAS_NONE;
+    if (!(p >= 0 && p < nin)) free(out[o]);
+  }
+  for (int i = 0; i < nin; i++) free(in[i]);
+  free(in);
+  free(out);
+  tpu_executable_release(exe);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s CACHE_DIR [min nodes] [rounds] [--describe]\n", argv[0]);
+    return 2;
+  }
+  int min_nodes = argc > 2 ? atoi(argv[2]) : 50, rounds = argc > 3 ? atoi(argv[3]) : 200;
+  bool describe = false, helper = false;
+  for (int i = 4; i < argc; i++) {
+    describe |= !strcmp(argv[i], "--describe");
+    helper |= !strcmp(argv[i], "--helper");
+  }
+  pthread_t helper_thread;
+  if (helper) {
+    if (tpu_pool_create(1, tpu_allocator_system(), &g_pool) != TPU_OK) return 1;
+    pthread_create(&helper_thread, NULL, helper_main, NULL);
+  }
+  if (rounds < 1) rounds = 1;
+  DIR *dir = opendir(argv[1]);
+  if (!dir) {
+    perror(argv[1]);
+    return 1;
+  }
+  printf("%-22s %6s %6s %6s %7s %9s %9s\n", "entry", "nodes", "steps", "fused", "kernels",
+         "best us", "median us");
+  struct dirent *d;
+  while ((d = readdir(dir))) {
+    size_t len = strlen(d->d_name);
+    if (len < 5 || strcmp(d->d_name + len - 5, ".tpuc") != 0) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", argv[1], d->d_name);
+    entry_t e;
+    if (!read_entry(path, &e)) continue;
+    if (tpu_graph_num_nodes(e.graph) >= min_nodes) time_entry(d->d_name, &e, rounds, describe);
+    tpu_graph_destroy(e.graph);
+    free(e.alias);
+  }
+  closedir(dir);
+  if (helper) {
+    atomic_store(&g_stop, true);
+    pthread_join(helper_thread, NULL);
+    tpu_pool_destroy(g_pool);
+  }
+  return 0;
+}
