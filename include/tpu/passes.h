@@ -12,8 +12,9 @@
  * Each pass costs O(nodes + operands) time (CSE is hash-based).
  *
  *   simplify  convert to the same dtype, transpose/reshape/broadcast chains, identity
- *             layout ops, x * 1, x / 1, x - 0, x + -0 (and integer x + 0), -(-x), select on
- *             a constant predicate
+ *             layout ops (whole slices too), x * 1, x / 1, x - 0, x + -0 (and integer
+ *             x + 0), -(-x), select on a constant predicate, a dot_general's batch dim
+ *             merged by a reshape read unmerged (no copy of strided heads)
  *   fold      elementwise ops (unary, binary, compare, select, clamp, convert) whose
  *             operands are all splat constants (constants, or broadcasts and reshapes of
  *             them) become one scalar constant broadcast to the result shape

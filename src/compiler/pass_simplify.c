@@ -12,6 +12,12 @@
  *   x - 0, x + -0.0, -0.0 + x (ints: x + 0, 0 + x) -> x   (float x + 0.0 is not: -0 + 0 = 0)
  *   neg(neg(x))                                 -> x
  *   select(constant pred, a, b)                 -> a or b
+ *   slice of the whole operand (stride 1)       -> the operand
+ *   dot_general with batch dim 0 of both operands, one of them reshape(x) that merges x's
+ *     leading k dims into that batch dim        -> reshape(dot_general over x with k batch
+ *     dims, the other operand's batch dim split alike (a view)): the same products, but a
+ *     reshape of a strided x (attention's heads, transposed) needs a copy and the dot
+ *     reads x through its strides directly
  * The replacement always has the node's dtype and shape (checked by the caller).
  */
 #include <math.h>
@@ -81,6 +87,82 @@ static tpu_value_t simplify_binary(pass_ctx_t *c, const tpu_node_t *node, const 
   }
 }
 
+/* Whether |v| is reshape(x) whose dims are x's with the leading k >= 2 dims merged into its
+ * dim 0 (the rest unchanged): x in *x, k in *k. */
+static bool merges_leading_dims(const tpu_graph_t *g, tpu_value_t v, tpu_value_t *x, int *k) {
+  const tpu_node_t *r = tpu_graph_node(g, v);
+  if (!r || r->op != TPU_OP_RESHAPE || r->shape.rank < 1) return false;
+  const tpu_node_t *src = tpu_graph_node(g, r->operands[0]);
+  int rest = r->shape.rank - 1;
+  *k = src ? src->shape.rank - rest : 0;
+  if (*k < 2) return false;
+  int64_t lead = 1;
+  for (int d = 0; d < *k; d++) lead *= src->shape.dims[d];
+  if (lead != r->shape.dims[0]) return false;
+  for (int d = 0; d < rest; d++) {
+    if (src->shape.dims[*k + d] != r->shape.dims[1 + d]) return false;
+  }
+  *x = r->operands[0];
+  return true;
+}
+
+/* dot_general(reshape(x) merging k leading dims, y) with batch dim 0 of both: the dot over
+ * x with k batch dims (y's dim 0 split into x's leading dims by a reshape, which splitting
+ * makes a view), reshaped back to the node's shape. */
+static tpu_value_t simplify_dot(pass_ctx_t *c, const tpu_node_t *node, const tpu_value_t *ops) {
+  const tpu_graph_t *g = c->rw.dst;
+  const tpu_dot_attrs_t *a = &node->attrs.dot;
+  if (a->num_batch != 1 || a->lhs_batch[0] != 0 || a->rhs_batch[0] != 0) return TPU_NO_VALUE;
+  tpu_value_t x[2];
+  int k[2];
+  bool merged[2] = {merges_leading_dims(g, ops[0], &x[0], &k[0]),
+                    merges_leading_dims(g, ops[1], &x[1], &k[1])};
+  if (!merged[0] && !merged[1]) return TPU_NO_VALUE;
+  const int m = merged[0] ? 0 : 1; /* the operand whose split the dot takes */
+  const tpu_shape_t *split = &tpu_graph_node(g, x[m])->shape;
+  const int kk = k[m];
+  if (node->shape.rank + kk - 1 > TPU_MAX_RANK) return TPU_NO_VALUE;
+  tpu_value_t nops[2];
+  for (int i = 0; i < 2; i++) {
+    const tpu_shape_t *s = &tpu_graph_node(g, ops[i])->shape;
+    if (s->rank + kk - 1 > TPU_MAX_RANK) return TPU_NO_VALUE;
+    if (merged[i] && k[i] == kk &&
+        !memcmp(tpu_graph_node(g, x[i])->shape.dims, split->dims, sizeof(int64_t) * (size_t)kk)) {
+      nops[i] = x[i];
+      continue;
+    }
+    tpu_node_t r; /* ops[i] with dim 0 split into the leading dims of x[m] */
+    memset(&r, 0, sizeof r);
+    r.op = TPU_OP_RESHAPE;
+    r.dtype = tpu_graph_node(g, ops[i])->dtype;
+    r.num_operands = 1;
+    r.shape.rank = s->rank + kk - 1;
+    for (int d = 0; d < kk; d++) r.shape.dims[d] = split->dims[d];
+    for (int d = 1; d < s->rank; d++) r.shape.dims[kk - 1 + d] = s->dims[d];
+    nops[i] = pass_emit(c, &r, &ops[i]);
+    if (nops[i] == TPU_NO_VALUE) return TPU_NO_VALUE;
+  }
+  tpu_node_t d = *node;
+  d.attrs.dot.num_batch = kk;
+  for (int b = 0; b < kk; b++) d.attrs.dot.lhs_batch[b] = d.attrs.dot.rhs_batch[b] = b;
+  for (int i = 0; i < a->num_contract; i++) {
+    d.attrs.dot.lhs_contract[i] = a->lhs_contract[i] + kk - 1;
+    d.attrs.dot.rhs_contract[i] = a->rhs_contract[i] + kk - 1;
+  }
+  d.shape.rank = node->shape.rank + kk - 1;
+  for (int b = 0; b < kk; b++) d.shape.dims[b] = split->dims[b];
+  for (int i = 1; i < node->shape.rank; i++) d.shape.dims[kk - 1 + i] = node->shape.dims[i];
+  tpu_value_t dot = pass_emit(c, &d, nops);
+  if (dot == TPU_NO_VALUE) return TPU_NO_VALUE;
+  tpu_node_t back;
+  memset(&back, 0, sizeof back);
+  back.op = TPU_OP_RESHAPE;
+  back.dtype = node->dtype;
+  back.shape = node->shape;
+  back.num_operands = 1;
+  return pass_emit(c, &back, &dot);
+}
+
 tpu_value_t pass_simplify_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_value_t *ops) {
   const tpu_graph_t *g = c->rw.dst;
   switch (node->op) {
@@ -145,6 +227,16 @@ tpu_value_t pass_simplify_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_
       }
       return pass_emit(c, &b, &inner);
     }
+    case TPU_OP_SLICE: {
+      const tpu_node_t *x = tpu_graph_node(g, ops[0]);
+      if (!x || !tpu_shape_equal(&x->shape, &node->shape)) return TPU_NO_VALUE;
+      for (int d = 0; d < node->shape.rank; d++) {
+        if (node->attrs.slice.start[d] != 0 || node->attrs.slice.stride[d] != 1) return TPU_NO_VALUE;
+      }
+      return ops[0];
+    }
+    case TPU_OP_DOT_GENERAL:
+      return simplify_dot(c, node, ops);
     case TPU_OP_SELECT: {
       const tpu_node_t *p = pass_splat(g, ops[0]);
       if (!p) return TPU_NO_VALUE;

@@ -264,6 +264,54 @@ TEST(dce_drops_dead_nodes_and_keeps_every_parameter) {
   tpu_graph_destroy(g);
 }
 
+TEST(simplify_drops_whole_slices_and_dots_read_unmerged_batches) {
+  /* attention's products as matmul decomposes them: heads transposed out of a projection,
+   * their (batch, head) dims merged by a reshape (a copy: the heads are strided) and an
+   * identity slice between reshapes; the other operand a plain (B*H, ...) value */
+  tpu_graph_t *g = ir_graph();
+  tpu_value_t qkv = ir_param(g, TPU_F32, SHAPE(2, 5, 3, 4));  /* (B, T, H, D) */
+  tpu_value_t k = ir_param(g, TPU_F32, SHAPE(6, 4, 5));       /* (B*H, D, T) */
+  int64_t perm[4] = {0, 2, 1, 3};
+  tpu_value_t q = tpu_graph_transpose(g, qkv, perm);          /* (B, H, T, D) */
+  tpu_shape_t s4 = SHAPE(6, 5, 4, 1), s3 = SHAPE(6, 5, 4), s_out = SHAPE(2, 3, 5, 5);
+  int64_t st[4] = {0, 0, 0, 0}, lim[4] = {6, 5, 4, 1};
+  tpu_value_t qm = tpu_graph_reshape(g, tpu_graph_slice(g, tpu_graph_reshape(g, q, &s4), st, lim, NULL), &s3);
+  tpu_dot_attrs_t d;
+  memset(&d, 0, sizeof d);
+  d.num_batch = 1;
+  d.num_contract = 1;
+  d.lhs_contract[0] = 2;
+  d.rhs_contract[0] = 1;
+  tpu_value_t scores = tpu_graph_dot_general(g, qm, k, &d, TPU_F32);  /* (B*H, T, T) */
+  CHECK_OK(tpu_graph_output(g, tpu_graph_reshape(g, scores, &s_out), NULL));
+  /* the merged operand on the right */
+  tpu_value_t p = ir_param(g, TPU_F32, SHAPE(6, 7, 5));
+  tpu_value_t pv = tpu_graph_dot_general(g, p, qm, &d, TPU_F32);      /* (B*H, 7, D) */
+  CHECK_OK(tpu_graph_output(g, pv, NULL));
+  tpu_pass_stats_t stats;
+  tpu_graph_t *o = run_passes(g, TPU_PASS_SIMPLIFY | TPU_PASS_DCE, &stats);
+  CHECK(o != NULL);
+  if (o) {
+    CHECK(cu_count_op(o, TPU_OP_SLICE) == 0);
+    int dots = 0;
+    for (int v = 0; v < tpu_graph_num_nodes(o); v++) {
+      const tpu_node_t *n = tpu_graph_node(o, v);
+      if (n->op != TPU_OP_DOT_GENERAL) continue;
+      dots++;
+      CHECK(n->attrs.dot.num_batch == 2 && n->shape.dims[0] == 2 && n->shape.dims[1] == 3);
+      /* q is read through the transpose, not through a reshape copy */
+      const tpu_node_t *q_op = tpu_graph_node(o, n->operands[dots == 1 ? 0 : 1]);
+      CHECK(q_op->op == TPU_OP_TRANSPOSE);
+    }
+    CHECK(dots == 2);
+    /* the first output: the product (B, H, T, T) itself, its reshapes cancelled */
+    CHECK(tpu_graph_node(o, tpu_graph_output_value(o, 0))->op == TPU_OP_DOT_GENERAL);
+  }
+  CHECK(cu_optimized_vs_plain(g, NULL) == 0);
+  tpu_graph_destroy(o);
+  tpu_graph_destroy(g);
+}
+
 TEST(passes_leave_an_optimal_graph_alone) {
   tpu_graph_t *g = ir_graph();
   tpu_value_t x = ir_param(g, TPU_F32, SHAPE(4));
@@ -290,6 +338,7 @@ int main(void) {
   RUN(fold_integer_and_division_by_zero_like_the_kernels);
   RUN(cse_merges_equal_nodes_but_not_parameters_or_rng);
   RUN(dce_drops_dead_nodes_and_keeps_every_parameter);
+  RUN(simplify_drops_whole_slices_and_dots_read_unmerged_batches);
   RUN(passes_leave_an_optimal_graph_alone);
   return check_report();
 }
