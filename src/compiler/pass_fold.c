@@ -88,11 +88,5 @@ tpu_value_t pass_fold_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_valu
   tpu_node_t k = constant_of(&out);
   tpu_value_t v = pass_emit(c, &k, NULL);
   if (v == TPU_NO_VALUE || node->shape.rank == 0) return v;
-  tpu_node_t b;
-  memset(&b, 0, sizeof b);
-  b.op = TPU_OP_BROADCAST_IN_DIM;
-  b.dtype = node->dtype;
-  b.shape = node->shape;
-  b.num_operands = 1;
-  return pass_emit(c, &b, &v);
+  return pass_emit_shaped(c, TPU_OP_BROADCAST_IN_DIM, node->dtype, &node->shape, v);
 }

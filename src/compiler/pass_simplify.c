@@ -131,15 +131,10 @@ static tpu_value_t simplify_dot(pass_ctx_t *c, const tpu_node_t *node, const tpu
       nops[i] = x[i];
       continue;
     }
-    tpu_node_t r; /* ops[i] with dim 0 split into the leading dims of x[m] */
-    memset(&r, 0, sizeof r);
-    r.op = TPU_OP_RESHAPE;
-    r.dtype = tpu_graph_node(g, ops[i])->dtype;
-    r.num_operands = 1;
-    r.shape.rank = s->rank + kk - 1;
-    for (int d = 0; d < kk; d++) r.shape.dims[d] = split->dims[d];
-    for (int d = 1; d < s->rank; d++) r.shape.dims[kk - 1 + d] = s->dims[d];
-    nops[i] = pass_emit(c, &r, &ops[i]);
+    tpu_shape_t r = {.rank = s->rank + kk - 1}; /* ops[i], dim 0 split as x[m]'s */
+    for (int d = 0; d < kk; d++) r.dims[d] = split->dims[d];
+    for (int d = 1; d < s->rank; d++) r.dims[kk - 1 + d] = s->dims[d];
+    nops[i] = pass_emit_shaped(c, TPU_OP_RESHAPE, tpu_graph_node(g, ops[i])->dtype, &r, ops[i]);
     if (nops[i] == TPU_NO_VALUE) return TPU_NO_VALUE;
   }
   tpu_node_t d = *node;
@@ -154,13 +149,7 @@ static tpu_value_t simplify_dot(pass_ctx_t *c, const tpu_node_t *node, const tpu
   for (int i = 1; i < node->shape.rank; i++) d.shape.dims[kk - 1 + i] = node->shape.dims[i];
   tpu_value_t dot = pass_emit(c, &d, nops);
   if (dot == TPU_NO_VALUE) return TPU_NO_VALUE;
-  tpu_node_t back;
-  memset(&back, 0, sizeof back);
-  back.op = TPU_OP_RESHAPE;
-  back.dtype = node->dtype;
-  back.shape = node->shape;
-  back.num_operands = 1;
-  return pass_emit(c, &back, &dot);
+  return pass_emit_shaped(c, TPU_OP_RESHAPE, node->dtype, &node->shape, dot);
 }
 
 tpu_value_t pass_simplify_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_value_t *ops) {

@@ -18,6 +18,17 @@ tpu_value_t pass_emit(pass_ctx_t *c, const tpu_node_t *node, const tpu_value_t *
   return v;
 }
 
+tpu_value_t pass_emit_shaped(pass_ctx_t *c, tpu_op_t op, tpu_dtype_t dtype, const tpu_shape_t *shape,
+                             tpu_value_t x) {
+  tpu_node_t n;
+  memset(&n, 0, sizeof n);
+  n.op = op;
+  n.dtype = dtype;
+  n.shape = *shape;
+  n.num_operands = 1;
+  return pass_emit(c, &n, &x);
+}
+
 /* A replacement must be a value of the node's dtype and shape. */
 static bool fits(const pass_ctx_t *c, const tpu_node_t *node, tpu_value_t v) {
   const tpu_node_t *r = tpu_graph_node(c->rw.dst, v);

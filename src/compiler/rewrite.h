@@ -45,6 +45,11 @@ typedef struct pass_ctx {
 /* A new node |node| over |operands|: an equal existing node when CSE is on, else appended. */
 tpu_value_t pass_emit(pass_ctx_t *c, const tpu_node_t *node, const tpu_value_t *operands);
 
+/* A node of |op| with zeroed attributes (a reshape, or a broadcast of a scalar) over |x|,
+ * of |dtype| and |shape|, through pass_emit. */
+tpu_value_t pass_emit_shaped(pass_ctx_t *c, tpu_op_t op, tpu_dtype_t dtype, const tpu_shape_t *shape,
+                             tpu_value_t x);
+
 /* pass_cse.c: table setup, lookup and insert (values of c->rw.dst). */
 tpu_status_t pass_cse_init(pass_ctx_t *c);
 void pass_cse_free(pass_ctx_t *c);
