@@ -369,6 +369,7 @@ OpGraph::OpGraph(const tpu_graph_t *g)
 
 namespace {
 thread_local int t_record_scopes = 0;  // RecordScopes alive on this thread
+thread_local int t_whole_scopes = 0;   // of them, those the size limit must not cut
 }  // namespace
 
 bool capturing(c10::DeviceIndex index) {
@@ -380,14 +381,16 @@ bool recording(c10::DeviceIndex index) {
   return eager_mode() == EagerMode::Fused;
 }
 
-RecordScope::RecordScope(c10::DeviceIndex index, const char *reason)
-    : index_(index), reason_(reason) {
+RecordScope::RecordScope(c10::DeviceIndex index, const char *reason, bool whole)
+    : index_(index), reason_(reason), whole_(whole) {
   t_record_scopes++;
+  if (whole_) t_whole_scopes++;
 }
 
 void RecordScope::finish() {
   if (!open_) return;
   open_ = false;
+  if (whole_) t_whole_scopes--;
   if (--t_record_scopes > 0 || recording(index_)) return;  // the enclosing mode flushes
   flush_pending(-1, reason_);  // every chip: a list may hold tensors of several
 }
@@ -484,7 +487,9 @@ void record_op(c10::Device device, const std::string &name, const std::vector<un
     p.names.push_back(name);
   }
   g_ops_recorded.fetch_add(1, std::memory_order_relaxed);
-  if (p.num_ops >= max_ops() && !p.capturing) flush_locked(p, "size limit");
+  if (p.num_ops >= max_ops() && !p.capturing && t_whole_scopes == 0) {
+    flush_locked(p, "size limit");
+  }
 }
 
 void flush_pending(int index, const char *reason) {

@@ -1,4 +1,5 @@
-// lower_matmul.cpp: lowerings of the MXU ops: mm, bmm, addmm, baddbmm, addbmm, mv, dot.
+// lower_matmul.cpp: lowerings of the MXU ops: mm, bmm (also with a result dtype), addmm,
+// baddbmm, addbmm, mv, dot.
 //
 // Each is one dot_general at the current precision (torch.tpu.precision): f32 operands
 // take 1/3/6 bf16 passes, bf16 operands one pass; accumulation is f32. Epilogues (beta *
@@ -27,6 +28,17 @@ tpu_dtype_t product_dtype(const LowerCtx &ctx) { return compute_dtype(ctx.out_dt
 void mm_out(LowerCtx &ctx) { ctx.results = {matmul(ctx, ctx.v(0), ctx.v(1), 0, product_dtype(ctx))}; }
 void bmm_out(LowerCtx &ctx) { ctx.results = {matmul(ctx, ctx.v(0), ctx.v(1), 1, product_dtype(ctx))}; }
 void mv_out(LowerCtx &ctx) { ctx.results = {matmul(ctx, ctx.v(0), ctx.v(1), 0, product_dtype(ctx))}; }
+
+// mm / bmm with a result dtype (aten::mm.dtype, bmm.dtype): bf16 or f16 operands give an
+// f32 result (the MXU's accumulation, not rounded: fused attention's scores), or their own
+// dtype. CUDA's rule for out_dtype (the CPU has no kernel).
+void mm_dtype(LowerCtx &ctx) {
+  const at::ScalarType in = ctx.tensor(0).scalar_type(), out = ctx.out_meta[0].scalar_type();
+  TORCH_CHECK(out == in || (out == at::kFloat && (in == at::kHalf || in == at::kBFloat16)),
+              "out_dtype must be the same as input dtype or fp32 for fp16/bf16 inputs");
+  const int batch = ctx.tensor(0).dim() == 3 ? 1 : 0;
+  ctx.results = {matmul(ctx, ctx.v(0), ctx.v(1), batch, product_dtype(ctx))};
+}
 
 void dot(LowerCtx &ctx) {  // 1-D . 1-D
   tpu_dot_attrs_t d{};
@@ -98,6 +110,8 @@ void addbmm(LowerCtx &ctx) {
 LoweringRegistrar registrar({
     {"mm.out", mm_out},
     {"bmm.out", bmm_out},
+    {"mm.dtype", mm_dtype},
+    {"bmm.dtype", mm_dtype},
     {"mv.out", mv_out},
     {"dot", dot},
     {"vdot", dot},  // of real vectors (complex ones: lower_complex.cpp)
