@@ -128,8 +128,12 @@ typedef struct mems {
 /* out layouts: dense, padded rows, transposed, bf16, in place */
 enum { OUT_DENSE, OUT_PADDED, OUT_TRANSPOSED, OUT_BF16, OUT_IN_PLACE, OUT_COUNT };
 
-static void check_layouts(const mems_t *m, int64_t n, tpu_dtype_t in_dt, bool x_transposed) {
-  for (int64_t i = 0; i < ROWS * n; i++) put(m->x, in_dt, i, rnd_val());
+/* x layouts: row-major, column-major (a transposed view), rows with a gap between them */
+enum { X_DENSE, X_TRANSPOSED, X_PADDED };
+
+static void check_layouts(const mems_t *m, int64_t n, tpu_dtype_t in_dt, int x_layout) {
+  const bool x_transposed = x_layout == X_TRANSPOSED;
+  for (int64_t i = 0; i < ROWS * (n + 5); i++) put(m->x, in_dt, i, rnd_val());
   for (int64_t i = 0; i < ROWS; i++) {
     put(m->s, in_dt, i, rnd_val());
     put(m->p, TPU_BOOL, i, (float)(rnd() % 2));
@@ -137,7 +141,9 @@ static void check_layouts(const mems_t *m, int64_t n, tpu_dtype_t in_dt, bool x_
   for (int64_t i = 0; i < n; i++) put(m->w, in_dt, i, rnd_val());
   put(m->k, in_dt, 0, 0.5f);
   /* x (ROWS, n), row-major in memory or column-major (a transposed view) */
-  tpu_buf_t x = x_transposed ? view2(m->x, in_dt, ROWS, n, 1, ROWS) : view2(m->x, in_dt, ROWS, n, n, 1);
+  tpu_buf_t x = x_transposed            ? view2(m->x, in_dt, ROWS, n, 1, ROWS)
+                : x_layout == X_PADDED ? view2(m->x, in_dt, ROWS, n, n + 5, 1)
+                                       : view2(m->x, in_dt, ROWS, n, n, 1);
   tpu_buf_t s = view2(m->s, in_dt, ROWS, 1, 1, 1), w = view2(m->w, in_dt, 1, n, n, 1);
   tpu_buf_t k = view2(m->k, in_dt, 1, 1, 1, 1), p = view2(m->p, TPU_BOOL, ROWS, 1, 1, 1);
   k.rank = 0;
@@ -148,7 +154,7 @@ static void check_layouts(const mems_t *m, int64_t n, tpu_dtype_t in_dt, bool x_
     }
   }
   for (int lay = 0; lay < OUT_COUNT; lay++) {
-    if (lay == OUT_IN_PLACE && (in_dt != TPU_F32 || x_transposed)) continue;
+    if (lay == OUT_IN_PLACE && (in_dt != TPU_F32 || x_layout != X_DENSE)) continue;
     tpu_buf_t o;
     switch (lay) {
       case OUT_PADDED: o = view2(m->o, TPU_F32, ROWS, n, n + 7, 1); break;
@@ -164,8 +170,8 @@ static void check_layouts(const mems_t *m, int64_t n, tpu_dtype_t in_dt, bool x_
     const tpu_buf_t *ins[5] = {&xin, &s, &w, &k, &p};
     CHECK_OK(tpu_kernel_ew_program(&kProg, ins, &o, NULL));
     char what[96];
-    snprintf(what, sizeof what, "%s in%s, out layout %d", in_dt == TPU_BF16 ? "bf16" : "f32",
-             x_transposed ? " (x transposed)" : "", lay);
+    snprintf(what, sizeof what, "%s in, x layout %d, out layout %d",
+             in_dt == TPU_BF16 ? "bf16" : "f32", x_layout, lay);
     CHECK(diffs(what, n, &o, m->want) == 0);
   }
 }
@@ -195,9 +201,11 @@ TEST(packed_rows_vs_scalar_reference) {
   FOR_EACH_ISA(v, {
     (void)v;
     for (size_t i = 0; i < sizeof kLens / sizeof kLens[0]; i++) {
-      check_layouts(&m, kLens[i], TPU_F32, false);
-      check_layouts(&m, kLens[i], TPU_BF16, false);
-      check_layouts(&m, kLens[i], TPU_F32, true);
+      check_layouts(&m, kLens[i], TPU_F32, X_DENSE);
+      check_layouts(&m, kLens[i], TPU_BF16, X_DENSE);
+      check_layouts(&m, kLens[i], TPU_F32, X_TRANSPOSED);
+      check_layouts(&m, kLens[i], TPU_F32, X_PADDED);
+      check_layouts(&m, kLens[i], TPU_BF16, X_PADDED);
     }
   });
   free_mems(&m);

@@ -258,10 +258,8 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
     if (seg->strides[k + 1] == 0 || seg->outer[k + 1] != 0) continue;
     same_rows[k] = true;
     const int64_t g = seg->rows < per ? seg->rows : per;
-    for (int64_t r = 0; r < g; r++) {
-      tpu_ew_program_load_row(c->v, seg->ptrs[k + 1], seg->strides[k + 1], c->in_dt[k],
-                              loaded[k] + r * n, n);
-    }
+    tpu_ew_program_load_rows(c->v, seg->ptrs[k + 1], 0, seg->strides[k + 1], c->in_dt[k],
+                             loaded[k], g, n);
   }
   for (int64_t r0 = 0, g; r0 < seg->rows; r0 += g) {
     g = seg->rows - r0 < per ? seg->rows - r0 : per;
@@ -285,9 +283,7 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
       } else if (o == n * s) { /* rows that follow each other: one run */
         tpu_ew_program_load_row(c->v, src, s, dt, blk, m);
       } else {
-        for (int64_t r = 0; r < g; r++) {
-          tpu_ew_program_load_row(c->v, src + r * o, s, dt, blk + r * n, n);
-        }
+        tpu_ew_program_load_rows(c->v, src, o, s, dt, blk, g, n);
       }
     }
     char *dst = seg->ptrs[0] + r0 * oo;

@@ -94,4 +94,8 @@ void tpu_ew_program_fill_rows(const char *src, int64_t outer, tpu_dtype_t dt, fl
 void tpu_ew_program_load_row(const tpu_vec_ops_t *v, const char *src, int64_t s,
                              tpu_dtype_t dt, float *dst, int64_t n);
 
+/* The same for |rows| rows of n values, row r at src + r * outer (bytes), into dst + r * n. */
+void tpu_ew_program_load_rows(const tpu_vec_ops_t *v, const char *src, int64_t outer, int64_t s,
+                              tpu_dtype_t dt, float *dst, int64_t rows, int64_t n);
+
 #endif /* TPU_VTPU_KERNELS_EW_PROGRAM_H */

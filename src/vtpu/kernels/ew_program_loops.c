@@ -101,6 +101,20 @@ LOOPS void tpu_ew_program_fill_rows(const char *src, int64_t outer, tpu_dtype_t 
   }
 }
 
+LOOPS void tpu_ew_program_load_rows(const tpu_vec_ops_t *v, const char *src, int64_t outer,
+                                    int64_t s, tpu_dtype_t dt, float *dst, int64_t rows,
+                                    int64_t n) {
+  if (dt == TPU_F32 && s == 4) { /* an inline copy per row: a call per row cost more */
+    for (int64_t r = 0; r < rows; r++) {
+      const float *x = (const float *)(const void *)(src + r * outer);
+      float *d = dst + r * n;
+      for (int64_t j = 0; j < n; j++) d[j] = x[j];
+    }
+    return;
+  }
+  for (int64_t r = 0; r < rows; r++) tpu_ew_program_load_row(v, src + r * outer, s, dt, dst + r * n, n);
+}
+
 LOOPS void tpu_ew_program_load_row(const tpu_vec_ops_t *v, const char *src, int64_t s,
                              tpu_dtype_t dt, float *dst, int64_t n) {
   if (dt == TPU_F32 && s == 4) {
