@@ -133,12 +133,17 @@ TPU_AVX512BF16_INLINE static __m256i gather16(const char *s, const int64_t *off,
   return component16(x, comp);
 }
 
+/* 16 u16 values of row k and 16 of row k+1 as 16 pairs (u32, low half from row k). */
+TPU_AVX512BF16_INLINE static __m512i interleave16(__m256i lo, __m256i hi) {
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                         _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+}
+
 /* The hi component (bf16, round to nearest even) of the 16 f32 values at |s0| and at
  * |s1|, as 16 pairs (low half from s0): the same bits as load16 of each. */
 TPU_AVX512BF16_INLINE static __m512i pairs_f32(const float *s0, const float *s1) {
-  __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s0)));
-  __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s1)));
-  return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+  return interleave16((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s0)),
+                      (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s1)));
 }
 
 /* Rows k and k+1 of the panel are read along w, converted, zero-extended and interleaved
@@ -169,16 +174,16 @@ TPU_AVX512BF16 static void pack_bf16_rows(const tpu_gemm_panel_src_t *src, int64
           v = pairs_f32((const float *)(const void *)s0 + woff[i],
                         (const float *)(const void *)s1 + woff[i]);
         } else {
-          __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+          __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
           if (n > 0 && s0) {
-            lo = _mm512_cvtepu16_epi32(run[i / 16] ? load16(s0 + woff[i] * es, src->dtype, n, c)
-                                                   : gather16(s0, woff + i, src->dtype, n, c));
+            lo = run[i / 16] ? load16(s0 + woff[i] * es, src->dtype, n, c)
+                             : gather16(s0, woff + i, src->dtype, n, c);
           }
           if (n > 0 && s1) {
-            hi = _mm512_cvtepu16_epi32(run[i / 16] ? load16(s1 + woff[i] * es, src->dtype, n, c)
-                                                   : gather16(s1, woff + i, src->dtype, n, c));
+            hi = run[i / 16] ? load16(s1 + woff[i] * es, src->dtype, n, c)
+                             : gather16(s1, woff + i, src->dtype, n, c);
           }
-          v = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+          v = interleave16(lo, hi);
         }
         _mm512_mask_storeu_epi32(row + i, first_n(width - i), v);
       }
@@ -423,11 +428,9 @@ TPU_AVX512BF16 static void pack_rows_bf16(const tpu_gemm_panel_src_t *src, int w
             continue;
           }
           int n = W - w >= 16 ? 16 : W - w <= 0 ? 0 : (int)(W - w);
-          __m512i lo = _mm512_cvtepu16_epi32(load16(s0 + w * es, src->dtype, k < K ? n : 0, c));
-          __m512i hi =
-              _mm512_cvtepu16_epi32(load16(s1 + w * es, src->dtype, k + 1 < K ? n : 0, c));
-          _mm512_mask_storeu_epi32(d + i, first_n(width - i),
-                                   _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+          __m256i lo = load16(s0 + w * es, src->dtype, k < K ? n : 0, c);
+          __m256i hi = load16(s1 + w * es, src->dtype, k + 1 < K ? n : 0, c);
+          _mm512_mask_storeu_epi32(d + i, first_n(width - i), interleave16(lo, hi));
         }
       }
     }
