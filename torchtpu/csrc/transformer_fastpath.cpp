@@ -121,30 +121,6 @@ std::tuple<at::Tensor, at::Tensor> attention(
   return {out, weights};
 }
 
-at::Tensor layer(const at::Tensor &src, int64_t embed_dim, int64_t num_heads,
-                 const at::Tensor &qkv_weight, const at::Tensor &qkv_bias,
-                 const at::Tensor &proj_weight, const at::Tensor &proj_bias, bool use_gelu,
-                 bool norm_first, double eps, const at::Tensor &norm_weight_1,
-                 const at::Tensor &norm_bias_1, const at::Tensor &norm_weight_2,
-                 const at::Tensor &norm_bias_2, const at::Tensor &ffn_weight_1,
-                 const at::Tensor &ffn_bias_1, const at::Tensor &ffn_weight_2,
-                 const at::Tensor &ffn_bias_2, const std::optional<at::Tensor> &mask,
-                 std::optional<int64_t> mask_type) {
-  auto norm = [&](const at::Tensor &x, const at::Tensor &w, const at::Tensor &b) {
-    return at::layer_norm(x, {embed_dim}, w, b, eps);
-  };
-  at::Tensor x = norm_first ? norm(src, norm_weight_1, norm_bias_1) : src;
-  x = std::get<0>(attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
-                            proj_bias, mask, false, true, mask_type))
-          .add_(src);
-  if (!norm_first) x = norm(x, norm_weight_1, norm_bias_1);
-  at::Tensor h = at::linear(norm_first ? norm(x, norm_weight_2, norm_bias_2) : x, ffn_weight_1,
-                            ffn_bias_1);
-  h = use_gelu ? at::gelu(h) : at::relu(h);
-  x = at::linear(h, ffn_weight_2, ffn_bias_2).add_(x);
-  return norm_first ? x : norm(x, norm_weight_2, norm_bias_2);
-}
-
 // The tpu kernel of an op whose native form is |fn| (unboxed); TORCHTPU_NATIVE=0 runs
 // the op on the CPU fallback instead.
 template <class Fn, Fn *fn>
@@ -189,12 +165,21 @@ at::Tensor encoder_layer(const at::Tensor &src, int64_t embed_dim, int64_t num_h
   check_attention_args(src, src, src, embed_dim, num_heads, qkv_weight, qkv_bias);
   TORCH_CHECK(ffn_weight_1.dim() == 2 && ffn_weight_2.dim() == 2, "2d weights expected");
   RecordScope scope(src.device().index(), "transformer encoder layer");
-  at::Tensor out = layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
-                         use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
-                         norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask,
-                         mask_type);
+  auto norm = [&](const at::Tensor &x, const at::Tensor &w, const at::Tensor &b) {
+    return at::layer_norm(x, {embed_dim}, w, b, eps);
+  };
+  at::Tensor x = norm_first ? norm(src, norm_weight_1, norm_bias_1) : src;
+  x = std::get<0>(attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                            proj_bias, mask, false, true, mask_type))
+          .add_(src);
+  if (!norm_first) x = norm(x, norm_weight_1, norm_bias_1);
+  at::Tensor h = at::linear(norm_first ? norm(x, norm_weight_2, norm_bias_2) : x, ffn_weight_1,
+                            ffn_bias_1);
+  h = use_gelu ? at::gelu(h) : at::relu(h);
+  x = at::linear(h, ffn_weight_2, ffn_bias_2).add_(x);
+  if (!norm_first) x = norm(x, norm_weight_2, norm_bias_2);
   scope.finish();
-  return out;
+  return x;
 }
 
 namespace {
