@@ -941,7 +941,9 @@ bool tpu_executable_output_strides(const tpu_executable_t *exe, int i,
 
 tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs,
                                 void *const *outputs, void *scratch, tpu_pool_t *pool) {
-  bool parallel = exe->parallel && tpu_pool_num_threads(pool) > 1;
+  /* in parallel only with helpers already spinning (a thread waiting in synchronize):
+   * a woken worker would compete for the cores with the Python threads */
+  bool parallel = exe->parallel && tpu_pool_helpers(pool) > 0;
   bool disjoint = (parallel || exe->scratch_in_outputs) && tpu_deps_outputs_disjoint(exe, outputs);
   if (exe->scratch_in_outputs && !disjoint) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,

@@ -7,10 +7,11 @@
  * already waits for it. That keeps the scratch block's list about as long as the number
  * of live buffers, so the pass is close to linear in the number of steps.
  *
+ * The dependencies and a rough cost per step give the two-thread schedule (schedule.c).
  * The executable runs in parallel (exe->parallel) when every step is small (each kernel
  * would run on one thread anyway: big kernels keep the whole thread pool to themselves in
- * the sequential run) and the costliest chain of dependent steps, by a rough per-step cost
- * estimate, is at most half of the total.
+ * the sequential run), there is enough work to pay for a handoff, and the schedule's
+ * estimated time is well below the steps' total.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,13 +22,14 @@
  * multiply-adds of a dot or convolution). */
 #define SMALL_STEP_ELEMS ((int64_t)1 << 18)
 #define SMALL_STEP_MACS ((int64_t)1 << 23)
-/* Waking a second thread costs about as much as a few small steps. */
-#define MIN_PARALLEL_STEPS 16
-/* Running steps on several threads costs queueing and cache traffic between cores: it
- * pays only when the costliest chain of steps is well below the total. Measured on the
- * GPT example's compiled step (estimated total / costliest chain): forward 1.07, 10-20%
- * slower in parallel; backward 1.87, no faster; AdamW 18.5, 20% faster. */
-#define MIN_PARALLEL_SPEEDUP_PCT 200
+/* Estimated work (ns) below which handing steps to a second thread costs more than it
+ * saves: a few cache-line handoffs between cores, 0.1-1 us each on a VM. */
+#define MIN_PARALLEL_NS 10000
+/* Estimated speedup of the two-thread schedule below which the steps run in order on one
+ * thread. Measured on the GPT example's compiled step (bench/cached_graphs.c --helper;
+ * estimated span / total): backward 0.63, 14-17% faster in parallel; AdamW 0.58, 40%
+ * faster; forward 0.96 (a chain). */
+#define MIN_PARALLEL_SPEEDUP_PCT 125
 
 typedef struct access {
   int step;
@@ -240,9 +242,12 @@ static void step_size(const step_t *st, int64_t *elems, int64_t *macs) {
 }
 
 /* A rough time for a step on one host core, ns: a fixed cost per step, about 0.5 ns per
- * element, 1/60 ns per multiply-add (orders of magnitude measured on this machine, good
- * enough to compare paths through the steps). */
-static int64_t step_cost_ns(int64_t elems, int64_t macs) { return 1000 + elems / 2 + macs / 60; }
+ * element of its largest operand, or for a dot or convolution 1/90 ns per multiply-add
+ * (orders of magnitude measured on this machine's AVX512-BF16 cores with
+ * bench/cached_graphs.c; they only need to rank paths through the steps). */
+static int64_t step_cost_ns(int64_t elems, int64_t macs) {
+  return 300 + (macs ? macs / 90 : elems / 2);
+}
 
 static void state_free(deps_state_t *s) {
   if (s->regions) {
@@ -254,7 +259,8 @@ static void state_free(deps_state_t *s) {
   tpu_allocator_free(s->host, s->pred_step);
 }
 
-/* CSR successor lists from the edges; the costliest chain of steps decides exe->parallel. */
+/* CSR successor lists from the edges; the two-thread schedule, whose estimated time
+ * decides exe->parallel. */
 static tpu_status_t finish(deps_state_t *s, tpu_executable_t *exe) {
   int n = exe->num_steps;
   step_deps_t *d = &exe->deps;
@@ -271,12 +277,8 @@ static tpu_status_t finish(deps_state_t *s, tpu_executable_t *exe) {
   int *fill = s->seen; /* reused: next free slot per step */
   for (int i = 0; i < n; i++) fill[i] = d->succ_start[i];
   for (int e = 0; e < s->num_edges; e++) d->succ[fill[s->preds[e]]++] = s->pred_step[e];
-  /* the costliest chain: edges come in step order of their target and every predecessor
-   * comes first, so best[from] is final when an edge from it is read */
-  int64_t *best = NULL, *cost = NULL, total = 0, critical = 0;
-  TPU_RETURN_IF_ERROR(
-      tpu_allocator_calloc(h, 2 * (size_t)n + 1, sizeof *best, "deps", (void **)&best));
-  cost = best + n;
+  int64_t *cost = NULL, total = 0, span = 0;
+  TPU_RETURN_IF_ERROR(tpu_allocator_calloc(h, (size_t)n + 1, sizeof *cost, "deps", (void **)&cost));
   bool small = true;
   for (int i = 0; i < n; i++) {
     int64_t elems, macs;
@@ -285,17 +287,11 @@ static tpu_status_t finish(deps_state_t *s, tpu_executable_t *exe) {
     cost[i] = step_cost_ns(elems, macs);
     total += cost[i];
   }
-  for (int e = 0; e < s->num_edges; e++) { /* best[i]: the costliest chain before step i */
-    int to = s->pred_step[e], from = s->preds[e];
-    if (best[from] + cost[from] > best[to]) best[to] = best[from] + cost[from];
-  }
-  for (int i = 0; i < n; i++) {
-    if (best[i] + cost[i] > critical) critical = best[i] + cost[i];
-  }
-  tpu_allocator_free(h, best);
-  exe->parallel = small && n >= MIN_PARALLEL_STEPS &&
-                  critical * MIN_PARALLEL_SPEEDUP_PCT < total * 100;
-  return TPU_OK;
+  tpu_status_t st = tpu_schedule_build(exe, cost, &span);
+  tpu_allocator_free(h, cost);
+  exe->parallel = st == TPU_OK && small && total >= MIN_PARALLEL_NS &&
+                  span * MIN_PARALLEL_SPEEDUP_PCT < total * 100;
+  return st;
 }
 
 tpu_status_t tpu_deps_build(tpu_executable_t *exe, const deps_outputs_t *outs) {
@@ -334,6 +330,8 @@ void tpu_deps_free(tpu_executable_t *exe) {
   tpu_allocator_free(exe->host, exe->deps.succ_start);
   tpu_allocator_free(exe->host, exe->deps.succ);
   tpu_allocator_free(exe->host, exe->deps.out_range);
+  tpu_allocator_free(exe->host, exe->deps.order);
+  tpu_allocator_free(exe->host, exe->deps.wait);
   memset(&exe->deps, 0, sizeof exe->deps);
   exe->parallel = false;
 }

@@ -26,6 +26,11 @@ typedef struct deps_outputs {
 tpu_status_t tpu_deps_build(tpu_executable_t *exe, const deps_outputs_t *outs);
 void tpu_deps_free(tpu_executable_t *exe);
 
+/* Fills exe->deps' two-thread schedule (order, wait, len0) from its dependencies and the
+ * steps' estimated costs |cost| (ns); *out_span_ns: the schedule's estimated time, waits
+ * between the threads included (schedule.c). */
+tpu_status_t tpu_schedule_build(tpu_executable_t *exe, const int64_t *cost, int64_t *out_span_ns);
+
 /* Byte range [*lo, *hi) that |v| touches, from its base pointer (or the scratch block);
  * *lo == *hi for an empty view. */
 void tpu_view_byte_range(const view_t *v, int64_t *lo, int64_t *hi);

@@ -92,6 +92,11 @@ typedef struct step_deps {
   int *succ_start;              /* (num_steps + 1) */
   int *succ;                    /* (succ_start[num_steps]) step indices */
   int64_t (*out_range)[2];      /* (num_outputs) bytes [lo, hi) of each output from its pointer */
+  /* the two-thread schedule (schedule.c) */
+  int *order;                   /* (num_steps) thread 0's steps in run order, then thread 1's */
+  int *wait;                    /* (num_steps) per position in |order|: steps of the other
+                                   thread's list to be done before this one runs */
+  int len0;                     /* steps in thread 0's list */
 } step_deps_t;
 
 struct tpu_executable {

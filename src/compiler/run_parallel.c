@@ -1,18 +1,19 @@
-/* run_parallel.c: runs an executable's steps on several threads (executable.h).
+/* run_parallel.c: runs an executable's steps on two threads by its two-thread schedule
+ * (executable.h; the schedule: schedule.c).
  *
- * Every thread of the pool (the caller included; or, while threads wait in synchronize,
- * the caller and those helpers: tpu_pool_help) runs the same loop: take the next ready
- * step from a shared queue, run it, and make ready each successor whose last dependency
- * it was (exe->deps, deps.h). The queue is an array with one slot per step, since each
- * step is queued exactly once: a producer claims a slot with an atomic counter and then
- * publishes the step in it; a consumer claims the next slot and waits for its step to
- * appear. Steps start in the order they become ready, which for a graph in node order is
- * close to that order.
+ * The schedule is two lists of steps. A thread takes a list and runs its steps in order;
+ * before a step it waits until the other list has done as many steps as the step's wait
+ * says; after it, it publishes how many of its list's steps are done. Those two counters,
+ * one per cache line, are all the threads share. The caller takes part, and the job goes
+ * to the helpers spinning in the pool (tpu_executable_run runs in parallel only when one
+ * is: a woken worker would compete with the Python threads for the cores). A thread that
+ * finds its step waiting on a list nobody took yet takes that list too and then runs
+ * whichever list's next step can run, so a helper that never comes costs only the check.
  *
- * A thread with nothing ready spins briefly and then yields its core, so a Python thread
- * that shares the machine is not starved while a long chain of steps runs elsewhere. The
- * first error stops every thread from taking new steps; its message is carried back to
- * the caller's thread (status messages are per thread).
+ * A thread that waits spins briefly and then yields its core, so a Python thread that
+ * shares the machine is not starved. The first error stops both threads from starting new
+ * steps; its message is carried back to the caller's thread (status messages are per
+ * thread).
  */
 #include <sched.h>
 #include <stdatomic.h>
@@ -24,25 +25,24 @@
 
 #define SPINS_BEFORE_YIELD 256
 
+typedef struct list_state {
+  atomic_int done;  /* steps of the list finished */
+  atomic_int taken; /* 0 until a thread takes the list */
+  char pad[56];     /* one cache line each */
+} list_state_t;
+
 typedef struct run_ctx {
   const tpu_executable_t *exe;
   void *const *inputs;
   void *const *outputs;
   void *scratch;
   tpu_pool_t *pool;
-  atomic_int *waiting;   /* (num_steps) dependencies not yet done */
-  atomic_int *queue;     /* (num_steps) step per slot, -1 until published */
-  atomic_int head, tail; /* next slot to take; slots claimed by producers */
-  atomic_int done;
-  atomic_int failed;     /* 0, or 1 once a step failed (the first one wrote |error|) */
+  char pad[64];
+  list_state_t list[2];
+  atomic_int failed; /* 0, or 1 once a step failed (the first one wrote |error|) */
   tpu_status_t error;
   char message[TPU_STATUS_MESSAGE_CAP]; /* the first error's message */
 } run_ctx_t;
-
-static void publish(run_ctx_t *c, int step) {
-  int slot = atomic_fetch_add(&c->tail, 1);
-  atomic_store(&c->queue[slot], step);
-}
 
 static void fail(run_ctx_t *c, tpu_status_t st) {
   int expected = 0;
@@ -52,81 +52,79 @@ static void fail(run_ctx_t *c, tpu_status_t st) {
   }
 }
 
+static bool take(run_ctx_t *c, int l) {
+  int expected = 0;
+  return atomic_compare_exchange_strong(&c->list[l].taken, &expected, 1);
+}
+
+/* Runs the next step of list |l| if its wait is over; false if it must wait. A failed
+ * step is not counted done, so nothing that waits for it runs. */
+static bool try_next(run_ctx_t *c, int l, int *next, bool *ok) {
+  const step_deps_t *d = &c->exe->deps;
+  int at = (l ? d->len0 : 0) + *next;
+  if (atomic_load_explicit(&c->list[1 - l].done, memory_order_acquire) < d->wait[at]) return false;
+  tpu_status_t st = tpu_step_run(&c->exe->steps[d->order[at]], c->inputs, c->outputs, c->scratch,
+                                 c->pool);
+  if (st != TPU_OK) {
+    fail(c, st);
+    *ok = false;
+    return true;
+  }
+  atomic_store_explicit(&c->list[l].done, ++*next, memory_order_release);
+  return true;
+}
+
 static void worker(void *arg, int64_t begin, int64_t end) {
   (void)begin, (void)end;
   run_ctx_t *c = arg;
-  const tpu_executable_t *exe = c->exe;
-  const step_deps_t *d = &exe->deps;
+  const step_deps_t *d = &c->exe->deps;
+  int len[2] = {d->len0, c->exe->num_steps - d->len0};
+  bool mine[2] = {take(c, 0), false};
+  if (!mine[0]) mine[1] = take(c, 1);
+  int next[2] = {0, 0};
   int idle = 0;
-  while (!atomic_load(&c->failed) && atomic_load(&c->done) < exe->num_steps) {
-    int h = atomic_load(&c->head);
-    if (h >= atomic_load(&c->tail) || !atomic_compare_exchange_weak(&c->head, &h, h + 1)) {
-      if (++idle < SPINS_BEFORE_YIELD) {
-        tpu_cpu_relax();
-      } else {
-        sched_yield();
-      }
+  bool ok = true;
+  while (ok && !atomic_load(&c->failed)) {
+    bool ran = false, left = false;
+    for (int l = 0; l < 2 && ok; l++) {
+      if (!mine[l] || next[l] == len[l]) continue;
+      left = true;
+      while (ok && next[l] < len[l] && try_next(c, l, &next[l], &ok)) ran = true;
+    }
+    if (!left) break;
+    if (ran) {
+      idle = 0;
       continue;
     }
-    idle = 0;
-    int s;
-    while ((s = atomic_load(&c->queue[h])) < 0) tpu_cpu_relax();
-    tpu_status_t st = tpu_step_run(&exe->steps[s], c->inputs, c->outputs, c->scratch, c->pool);
-    if (st != TPU_OK) {
-      fail(c, st);
-      return;
+    /* waiting: on a list nobody took (run it here), or on the other thread */
+    int other = mine[0] ? 1 : 0;
+    if (!mine[other] && take(c, other)) {
+      mine[other] = true;
+    } else if (++idle < SPINS_BEFORE_YIELD) {
+      tpu_cpu_relax();
+    } else {
+      sched_yield();
     }
-    for (int e = d->succ_start[s]; e < d->succ_start[s + 1]; e++) {
-      if (atomic_fetch_sub(&c->waiting[d->succ[e]], 1) == 1) publish(c, d->succ[e]);
-    }
-    atomic_fetch_add(&c->done, 1);
   }
 }
 
 tpu_status_t tpu_run_parallel(const tpu_executable_t *exe, void *const *inputs,
                               void *const *outputs, void *scratch, tpu_pool_t *pool) {
-  int n = exe->num_steps;
   run_ctx_t *c = NULL;
   TPU_RETURN_IF_ERROR(tpu_allocator_calloc(exe->host, 1, sizeof *c, "run_parallel", (void **)&c));
-  tpu_status_t st = tpu_allocator_calloc(exe->host, (size_t)n + 1, sizeof *c->waiting,
-                                         "run_parallel", (void **)&c->waiting);
-  if (st == TPU_OK) {
-    st = tpu_allocator_calloc(exe->host, (size_t)n + 1, sizeof *c->queue, "run_parallel",
-                              (void **)&c->queue);
-  }
-  if (st != TPU_OK) {
-    tpu_allocator_free(exe->host, c->waiting);
-    tpu_allocator_free(exe->host, c);
-    return st;
-  }
   c->exe = exe;
   c->inputs = inputs;
   c->outputs = outputs;
   c->scratch = scratch;
   c->pool = pool;
-  atomic_init(&c->head, 0);
-  atomic_init(&c->tail, 0);
-  atomic_init(&c->done, 0);
+  for (int l = 0; l < 2; l++) {
+    atomic_init(&c->list[l].done, 0);
+    atomic_init(&c->list[l].taken, 0);
+  }
   atomic_init(&c->failed, 0);
-  for (int i = 0; i < n; i++) {
-    atomic_init(&c->waiting[i], exe->deps.num_preds[i]);
-    atomic_init(&c->queue[i], -1);
-  }
-  for (int i = 0; i < n; i++) {
-    if (exe->deps.num_preds[i] == 0) publish(c, i);
-  }
-  /* helpers spinning in the pool (a thread waiting in synchronize) take part without a
-   * wake-up; waking the sleeping workers too would put more threads than cores */
-  int helpers = tpu_pool_helpers(pool);
-  if (helpers > 0) {
-    tpu_pool_parallel_for_helpers(pool, 1 + helpers, 1, worker, c);
-  } else {
-    tpu_pool_parallel_for(pool, tpu_pool_num_threads(pool), 1, worker, c);
-  }
-  st = TPU_OK;
+  tpu_pool_parallel_for_helpers(pool, 2, 1, worker, c);
+  tpu_status_t st = TPU_OK;
   if (atomic_load(&c->failed)) st = tpu_status_set(c->error, "%s", c->message);
-  tpu_allocator_free(exe->host, c->queue);
-  tpu_allocator_free(exe->host, c->waiting);
   tpu_allocator_free(exe->host, c);
   return st;
 }

@@ -1,5 +1,5 @@
 /* test_compiler_parallel.c: independent steps of one executable run at the same time
- * (src/compiler/deps.c, run_parallel.c).
+ * (src/compiler/deps.c, schedule.c, run_parallel.c).
  *
  * The dependencies are checked against an oracle: for every pair of steps that touch a
  * common byte of the same memory, one of them writing it, the later one must be
@@ -10,7 +10,14 @@
  * inputs. The numbers are then compared bit for bit with the sequential run, many
  * times, on a two-thread pool; outputs that overlap at run time fall back to the
  * sequential order; an error in one branch names its op and leaves the pool working.
+ * The two-thread schedule is checked for what the runner relies on: each step once, every
+ * dependency ordered (inside a list by position, across lists by a wait), and both lists
+ * able to finish on one thread. Parallel runs need a helper spinning in the pool, as a
+ * thread waiting in synchronize does: one spins through the whole test; a run without one
+ * (the caller takes both lists) is tested too.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +26,20 @@
 #include "compiler/deps.h"
 #include "compiler/executable.h"
 
-static tpu_pool_t *g_pool;
+static tpu_pool_t *g_pool;       /* one helper spins in it throughout */
+static tpu_pool_t *g_lone_pool;  /* nobody helps */
+static atomic_bool g_stop;
+
+static bool stopped(void *arg) {
+  (void)arg;
+  return atomic_load(&g_stop);
+}
+
+static void *helper_main(void *arg) {
+  (void)arg;
+  while (!atomic_load(&g_stop)) tpu_pool_help(g_pool, stopped, NULL, 1000 * 1000 * 1000, NULL);
+  return NULL;
+}
 
 static tpu_value_t matmul(tpu_graph_t *g, tpu_value_t a, tpu_value_t b) {
   tpu_dot_attrs_t d;
@@ -46,8 +66,8 @@ static tpu_value_t softmax_rows(tpu_graph_t *g, tpu_value_t x, tpu_shape_t s) {
 /* Eight independent matmul branches, each through a softmax, summed in a chain. */
 static tpu_graph_t *branches_graph(void) {
   tpu_graph_t *g = ir_graph();
-  tpu_shape_t s = SHAPE(48, 40);
-  tpu_value_t w = ir_param(g, TPU_F32, SHAPE(40, 40));
+  tpu_shape_t s = SHAPE(128, 96); /* each branch some 20 us: worth a second thread */
+  tpu_value_t w = ir_param(g, TPU_F32, SHAPE(96, 96));
   tpu_value_t acc = TPU_NO_VALUE;
   for (int b = 0; b < 8; b++) {
     tpu_value_t x = ir_param(g, TPU_F32, s);
@@ -173,6 +193,44 @@ static bool deps_cover_conflicts(const tpu_executable_t *exe, const int32_t *ali
   return ok;
 }
 
+/* Whether exe->deps' two lists hold every step once, order every dependency (inside a
+ * list by position, across lists by the later step's wait), and can be run to the end by
+ * one thread taking whichever list's next step may run (no deadlock). */
+static bool schedule_is_valid(const tpu_executable_t *exe) {
+  const step_deps_t *d = &exe->deps;
+  int n = exe->num_steps;
+  int *list = calloc((size_t)n + 1, sizeof *list), *pos = calloc((size_t)n + 1, sizeof *pos);
+  bool ok = list && pos && d->len0 >= 0 && d->len0 <= n;
+  for (int i = 0; i < n && ok; i++) list[i] = -1;
+  for (int at = 0; at < n && ok; at++) {
+    int s = d->order[at];
+    ok = s >= 0 && s < n && list[s] < 0;
+    if (!ok) break;
+    list[s] = at >= d->len0;
+    pos[s] = at >= d->len0 ? at - d->len0 : at;
+  }
+  for (int i = 0; i < n && ok; i++) {
+    for (int e = d->succ_start[i]; e < d->succ_start[i + 1] && ok; e++) {
+      int j = d->succ[e], at_j = list[j] ? d->len0 + pos[j] : pos[j];
+      ok = list[i] == list[j] ? pos[i] < pos[j] : d->wait[at_j] > pos[i];
+      if (!ok) fprintf(stderr, "  dependency %d -> %d not ordered by the schedule\n", i, j);
+    }
+  }
+  int next[2] = {0, 0}, len[2] = {d->len0, n - d->len0};
+  while (ok && (next[0] < len[0] || next[1] < len[1])) {
+    bool ran = false;
+    for (int l = 0; l < 2; l++) {
+      int at = (l ? d->len0 : 0) + next[l];
+      if (next[l] < len[l] && next[1 - l] >= d->wait[at]) next[l]++, ran = true;
+    }
+    ok = ran;
+    if (!ok) fprintf(stderr, "  the lists deadlock at %d and %d\n", next[0], next[1]);
+  }
+  free(list);
+  free(pos);
+  return ok;
+}
+
 /* ---- runs ---------------------------------------------------------------------------- */
 
 /* Runs |exe| |reps| times on the pool (in place when |alias| says so) and compares every
@@ -231,6 +289,9 @@ TEST(independent_branches_run_in_parallel) {
     /* matmuls wait for nothing, except for the readers of scratch memory they reuse */
     CHECK(roots >= 4);
     CHECK(deps_cover_conflicts(exe, NULL, 0, 0));
+    CHECK(schedule_is_valid(exe));
+    /* the branches are shared out: each list has matmuls */
+    CHECK(exe->deps.len0 > 0 && exe->deps.len0 < exe->num_steps);
     CHECK(parallel_vs_sequential(g, exe, NULL, 0, 200) == 0);
   }
   tpu_executable_release(exe);
@@ -266,6 +327,7 @@ TEST(reused_scratch_orders_writes_after_reads) {
     CHECK(tpu_executable_scratch_bytes(exe) < tpu_executable_unplanned_bytes(exe));
     exe->parallel = true; /* the runner under test, whatever the cost estimate decided */
     CHECK(deps_cover_conflicts(exe, NULL, 0, 0));
+    CHECK(schedule_is_valid(exe));
     CHECK(parallel_vs_sequential(g, exe, NULL, 0, 200) == 0);
     tpu_executable_release(exe);
   }
@@ -282,6 +344,7 @@ TEST(in_place_updates_and_may_alias_outputs_are_ordered) {
     if (exe) {
       exe->parallel = true; /* the runner under test, whatever the cost estimate decided */
       CHECK(deps_cover_conflicts(exe, alias, NP + 1, 0));
+      CHECK(schedule_is_valid(exe));
       CHECK(parallel_vs_sequential(g, exe, alias, NP + 1, 100) == 0);
     }
     tpu_executable_release(exe);
@@ -289,6 +352,7 @@ TEST(in_place_updates_and_may_alias_outputs_are_ordered) {
     exe = cu_compile_aliased(g, NULL, 0, 1u << NP, unfused ? TPU_PASS_ALL : 0);
     if (exe) {
       CHECK(deps_cover_conflicts(exe, NULL, 0, 1u << NP));
+      CHECK(schedule_is_valid(exe));
       CHECK(parallel_vs_sequential(g, exe, NULL, 0, 100) == 0);
     }
     tpu_executable_release(exe);
@@ -330,6 +394,29 @@ TEST(overlapping_outputs_run_in_order) {
     free(want);
     free(scratch);
     cu_free(&r);
+  }
+  tpu_executable_release(exe);
+  tpu_graph_destroy(g);
+}
+
+TEST(with_no_helper_the_caller_runs_both_lists) {
+  /* tpu_executable_run keeps to step order without a helper; the runner itself, given
+   * a pool nobody helps, takes the second list at its first wait and gives the same bits */
+  tpu_graph_t *g = branches_graph();
+  tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
+  if (exe) {
+    CHECK(exe->parallel && exe->deps.len0 < exe->num_steps);
+    cu_run_t seq, lone;
+    cu_execute(g, exe, 7, NULL, &seq);
+    cu_execute(g, exe, 7, NULL, &lone);
+    for (int o = 0; o < lone.num_out; o++) memset(lone.out[o], 0, lone.out_bytes[o]);
+    size_t sb = tpu_executable_scratch_bytes(exe);
+    void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+    CHECK_OK(tpu_run_parallel(exe, lone.in, lone.out, scratch, g_lone_pool));
+    CHECK(cu_diff_outputs(&seq, &lone) == 0);
+    free(scratch);
+    cu_free(&seq);
+    cu_free(&lone);
   }
   tpu_executable_release(exe);
   tpu_graph_destroy(g);
@@ -382,12 +469,20 @@ TEST(an_error_in_one_branch_names_its_op_and_the_pool_still_works) {
 
 int main(void) {
   CHECK_OK(tpu_pool_create(2, tpu_allocator_system(), &g_pool));
+  CHECK_OK(tpu_pool_create(2, tpu_allocator_system(), &g_lone_pool));
+  pthread_t helper;
+  CHECK(pthread_create(&helper, NULL, helper_main, NULL) == 0);
+  while (tpu_pool_helpers(g_pool) == 0) sched_yield();
   RUN(independent_branches_run_in_parallel);
   RUN(a_costly_chain_with_cheap_side_steps_runs_in_order);
   RUN(reused_scratch_orders_writes_after_reads);
   RUN(in_place_updates_and_may_alias_outputs_are_ordered);
   RUN(overlapping_outputs_run_in_order);
+  RUN(with_no_helper_the_caller_runs_both_lists);
   RUN(an_error_in_one_branch_names_its_op_and_the_pool_still_works);
+  atomic_store(&g_stop, true);
+  pthread_join(helper, NULL);
+  tpu_pool_destroy(g_lone_pool);
   tpu_pool_destroy(g_pool);
   return check_report();
 }
