@@ -67,12 +67,13 @@ MODES = {  # name: (device, eager mode, compiled, AdamW(fused=True))
 
 
 BLOCK = 20  # steps per back-to-back timing
+SYNC_RUN = 10  # synchronized steps of one mode before the next mode's turn
 
 
 def step_times(rounds=60):
     """Median wall time of a GPT step per mode, synchronized after each step and back to back
-    (BLOCK steps, one sync). The tpu modes take turns, so a change in the machine's load hits
-    them all alike. Also per mode: the step's modelled time on a v5e (the cost model) and the
+    (BLOCK steps, one sync). The tpu modes take turns (SYNC_RUN synchronized steps or one
+    block each), so a change in the machine's load hits them all alike. Also per mode: the step's modelled time on a v5e (the cost model) and the
     executables launched per step."""
     steps, modelled, launches = {}, {}, {}
     for name, (device, mode, compiled, fused_adamw) in MODES.items():
@@ -89,16 +90,21 @@ def step_times(rounds=60):
         steps[name] = (mode, step, tpu_sync if device == "tpu" else cpu_sync)
     # The CPU reference runs on its own first: PyTorch's OpenMP threads spin for a while
     # after each parallel op, which would steal a core from the tpu step that follows.
+    # Synchronized steps are timed one by one, in runs of SYNC_RUN steps of a mode taking
+    # turns across the modes: a training loop runs one model step after step, while
+    # switching models every step would time each step with the other models' weights
+    # and activations in the caches.
     times = {name: [] for name in steps}
     for group in (["PyTorch CPU eager"], [n for n in steps if n != "PyTorch CPU eager"]):
-        for _ in range(rounds):
+        for _ in range(rounds // SYNC_RUN):
             for name in group:
                 mode, step, sync = steps[name]
                 torchtpu.set_eager_mode(mode)
-                t0 = time.perf_counter()
-                step()
-                sync()
-                times[name].append(time.perf_counter() - t0)
+                for _ in range(SYNC_RUN):
+                    t0 = time.perf_counter()
+                    step()
+                    sync()
+                    times[name].append(time.perf_counter() - t0)
     # back to back: blocks of steps with one sync at the end (a loop that does not read the
     # loss every step), blocks taking turns across the tpu modes; 15 blocks, since a block's
     # median moves with the machine's load more than a single step's
