@@ -113,7 +113,8 @@ struct tpu_executable {
   step_t *steps;
   tpu_pass_stats_t pass_stats;  /* what the graph passes did */
   step_deps_t deps;
-  bool parallel;                /* independent small steps: run_parallel.c runs them */
+  bool parallel;                /* the schedule pays: tpu_executable_run goes to
+                                   run_parallel.c while a helper spins */
   bool scratch_in_outputs;      /* some intermediates live in outputs not yet written (the
                                    outputs must not overlap: plan_memory.h) */
 };
@@ -122,9 +123,9 @@ struct tpu_executable {
 tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *outputs,
                           void *scratch, tpu_pool_t *pool);
 
-/* Runs all steps on the pool's threads, each step once its dependencies (exe->deps) are
- * done (run_parallel.c). Kernels see |pool| but run inline, so they split their work as
- * they would in a sequential run with |pool| and give the same bits. */
+/* Runs all steps by the two-thread schedule in exe->deps: the caller and a helper spinning
+ * in |pool| each take a list, or the caller runs both (run_parallel.c). Kernels see |pool|
+ * but run inline, so they give the bits of a sequential run. */
 tpu_status_t tpu_run_parallel(const tpu_executable_t *exe, void *const *inputs,
                               void *const *outputs, void *scratch, tpu_pool_t *pool);
 
