@@ -13,7 +13,9 @@
  *      [--helper]
  * --describe prints each executable's steps; --helper runs the graphs on a pool that a
  * second thread helps, spinning in tpu_pool_help as a thread waiting in
- * tpu_stream_synchronize does (how much of a graph two cores share).
+ * tpu_stream_synchronize does (how much of a graph two cores share: the two-thread
+ * schedule of the executables that have one, src/compiler/schedule.c, and the kernels'
+ * own splits in the others).
  *
  * Inputs: floats in [-1, 1), integers 0..6 (in range for the example's gathers), bools
  * alternating. Outputs that an entry's alias table ties to a parameter are written in
