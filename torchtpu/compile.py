@@ -233,9 +233,11 @@ class _TpuGraph:
     def stats(self):
         """The latest plan: plans, steps, scratch_bytes (planned peak of intermediates),
         unplanned_bytes (their sum without reuse), nodes (captured IR graph), kernels
-        (launches per run after fusion), fused (kernels that compute several ops)."""
+        (launches per run after fusion), fused (kernels that compute several ops),
+        two_threads (1: its steps run on two threads while a thread waiting in synchronize
+        helps, by a schedule made at compile time)."""
         keys = ("plans", "steps", "scratch_bytes", "unplanned_bytes", "nodes", "kernels",
-                "fused")
+                "fused", "two_threads")
         return dict(zip(keys, torch.ops.torchtpu.plan_stats(self.latest)))
 
     def describe(self):

@@ -87,6 +87,11 @@ int tpu_executable_num_steps(const tpu_executable_t *exe);
 int tpu_executable_num_kernels(const tpu_executable_t *exe);
 /* Steps that are fused kernels (each computes two or more graph nodes). */
 int tpu_executable_num_fused(const tpu_executable_t *exe);
+/* Whether runs take a second thread, by a schedule of the steps on two threads made at
+ * compile time, while a helper spins in the run's pool (a thread waiting in
+ * tpu_stream_synchronize); false: the steps run in order, each kernel splitting its own work
+ * when large. */
+bool tpu_executable_two_threads(const tpu_executable_t *exe);
 /* What the graph passes did (nodes before and after, rewrites per pass). */
 void tpu_executable_pass_stats(const tpu_executable_t *exe, tpu_pass_stats_t *out_stats);
 /* The compiled steps as text, one line per step, e.g. for a layer norm:

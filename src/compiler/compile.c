@@ -961,6 +961,8 @@ tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs
 
 int tpu_executable_num_kernels(const tpu_executable_t *exe) { return exe->num_steps; }
 
+bool tpu_executable_two_threads(const tpu_executable_t *exe) { return exe->parallel; }
+
 int tpu_executable_num_fused(const tpu_executable_t *exe) {
   int k = 0;
   for (int i = 0; i < exe->num_steps; i++) k += exe->steps[i].kind == STEP_FUSED;

@@ -283,7 +283,7 @@ TEST(independent_branches_run_in_parallel) {
   tpu_graph_t *g = branches_graph();
   tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
   if (exe) {
-    CHECK(exe->parallel);
+    CHECK(tpu_executable_two_threads(exe));
     int roots = 0;
     for (int i = 0; i < exe->num_steps; i++) roots += exe->deps.num_preds[i] == 0;
     /* matmuls wait for nothing, except for the readers of scratch memory they reuse */
@@ -312,7 +312,7 @@ TEST(a_costly_chain_with_cheap_side_steps_runs_in_order) {
   tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
   if (exe) {
     CHECK(exe->num_steps >= 20);
-    CHECK(!exe->parallel);
+    CHECK(!tpu_executable_two_threads(exe));
   }
   tpu_executable_release(exe);
   tpu_graph_destroy(g);

@@ -173,6 +173,34 @@ def test_whole_graph_is_one_program_with_a_memory_plan():
     assert 0 < stats["scratch_bytes"] < stats["unplanned_bytes"], stats
 
 
+def test_gpt_backward_and_optimizer_run_on_two_threads_and_the_forward_in_order():
+    """The compiled GPT step's backward (weight gradients beside the chain of input
+    gradients) and AdamW graph (one update per parameter) have independent steps: their
+    schedules take a second thread while a synchronizing thread helps. The forward is one
+    chain: its steps run in order."""
+    torch.manual_seed(0)
+    model = train_gpt.GPT(vocab=64, block_size=32, d_model=64, n_head=4, n_layer=2).to("tpu")
+    forward = torch.compile(model, backend="tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
+    opt_step = torch.compile(opt.step, backend="tpu")
+    x = torch.randint(0, 64, (8, 32)).to("tpu")
+    y = torch.randint(0, 64, (8, 32)).to("tpu")
+    for _ in range(3):
+        _, loss = forward(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_step()
+    torch.tpu.synchronize()
+    two = {}
+    for g in tc.graphs:
+        stats = g.stats()
+        if stats["plans"] and stats["steps"] > 50:
+            two.setdefault(g.kind, []).append(stats["two_threads"])
+    assert two.get("forward") == [0], two
+    assert two.get("backward") == [1], two
+    assert 1 in two.get("inference", []), two  # the optimizer step
+
+
 def test_graph_breaks_run_the_rest_eagerly():
     class Breaky(torch.nn.Module):
         def __init__(self):
