@@ -63,12 +63,19 @@ static int take_ready(sched_state_t *s) {
   return top;
 }
 
+/* Where a placed step stands in exe->deps.order: thread 0's list, then thread 1's. */
+static int order_position(const sched_state_t *s, int len0, int step) {
+  return s->thread[step] ? len0 + s->pos[step] : s->pos[step];
+}
+
 static void place(sched_state_t *s, const step_deps_t *d, int64_t free_at[2], int len[2],
                   int step) {
-  int64_t start0 = s->ready_at[2 * step] > free_at[0] ? s->ready_at[2 * step] : free_at[0];
-  int64_t start1 = s->ready_at[2 * step + 1] > free_at[1] ? s->ready_at[2 * step + 1] : free_at[1];
-  int t = start1 < start0 ? 1 : 0;
-  int64_t end = (t ? start1 : start0) + s->cost[step];
+  int64_t start[2];
+  for (int u = 0; u < 2; u++) {
+    start[u] = s->ready_at[2 * step + u] > free_at[u] ? s->ready_at[2 * step + u] : free_at[u];
+  }
+  int t = start[1] < start[0] ? 1 : 0;
+  int64_t end = start[t] + s->cost[step];
   s->thread[step] = t;
   s->pos[step] = len[t]++;
   free_at[t] = end;
@@ -130,16 +137,11 @@ tpu_status_t tpu_schedule_build(tpu_executable_t *exe, const int64_t *cost, int6
   while (s.num_ready > 0) place(&s, d, free_at, len, take_ready(&s));
   /* the lists, in order of position; waits from the dependencies across lists */
   d->len0 = len[0];
-  for (int i = 0; i < n; i++) {
-    int at = s.thread[i] ? len[0] + s.pos[i] : s.pos[i];
-    d->order[at] = i;
-  }
+  for (int i = 0; i < n; i++) d->order[order_position(&s, len[0], i)] = i;
   for (int i = 0; i < n; i++) {
     for (int e = d->succ_start[i]; e < d->succ_start[i + 1]; e++) {
-      int next = d->succ[e];
-      if (s.thread[next] == s.thread[i]) continue;
-      int at = s.thread[next] ? len[0] + s.pos[next] : s.pos[next];
-      if (s.pos[i] + 1 > d->wait[at]) d->wait[at] = s.pos[i] + 1;
+      int next = d->succ[e], at = order_position(&s, len[0], next);
+      if (s.thread[next] != s.thread[i] && s.pos[i] + 1 > d->wait[at]) d->wait[at] = s.pos[i] + 1;
     }
   }
   *out_span_ns = free_at[0] > free_at[1] ? free_at[0] : free_at[1];
