@@ -2,9 +2,10 @@
  *
  * Compiled for AVX2+FMA+F16C with a target pragma and only called when tpu_cpu_features()
  * reports avx2_fma. Same structure as reduce_avx512.c with 8-lane vectors: rows use 8 ymm
- * accumulators, columns take 64 columns (8 ymm) at a time down the rows (tiles up to 128
- * wide) or rows in order into an L1-resident acc (wider tiles). Tails go through
- * a small identity-padded buffer. MAX/MIN track NaN with an unordered compare.
+ * accumulators, short rows (softmax, layer norm) go 8 at a time with their horizontal
+ * folds transposed together, columns take 64 columns (8 ymm) at a time down the rows
+ * (tiles up to 128 wide) or rows in order into an L1-resident acc (wider tiles). Tails go
+ * through a small identity-padded buffer. MAX/MIN track NaN with an unordered compare.
  */
 #include <math.h>
 
@@ -49,10 +50,11 @@ static inline float hfold(tpu_reduce_kind_t kind, __m256 v) {
   return t[0];
 }
 
-#define ROW_BODY(OP, NANCHK, LD, LDT)                                                  \
+/* One row's 8-lane partial |acc| before the horizontal fold, and in |nanm| a lane mask of
+ * the NaNs MAX/MIN met. */
+#define ROW_PARTIAL(OP, NANCHK, LD, LDT, acc, nanm)                                    \
   {                                                                                    \
     __m256 a0 = id, a1 = id, a2 = id, a3 = id, a4 = id, a5 = id, a6 = id, a7 = id;     \
-    __m256 nanm = _mm256_setzero_ps();                                                 \
     int64_t i = 0;                                                                     \
     for (; i + 64 <= n; i += 64) {                                                     \
       __m256 v0 = LD(x + i), v1 = LD(x + i + 8), v2 = LD(x + i + 16);                  \
@@ -74,9 +76,16 @@ static inline float hfold(tpu_reduce_kind_t kind, __m256 v) {
       a1 = OP(a1, v);                                                                  \
     }                                                                                  \
     a0 = OP(a0, a4); a1 = OP(a1, a5); a2 = OP(a2, a6); a3 = OP(a3, a7);                \
-    a0 = OP(a0, a2); a1 = OP(a1, a3); a0 = OP(a0, a1);                                 \
+    a0 = OP(a0, a2); a1 = OP(a1, a3);                                                  \
+    acc = OP(a0, a1);                                                                  \
+  }
+
+#define ROW_BODY(OP, NANCHK, LD, LDT)                                                  \
+  {                                                                                    \
+    __m256 acc, nanm = _mm256_setzero_ps();                                            \
+    ROW_PARTIAL(OP, NANCHK, LD, LDT, acc, nanm)                                        \
     if (_mm256_movemask_ps(nanm)) return NAN;                                          \
-    return hfold(kind, a0);                                                            \
+    return hfold(kind, acc);                                                           \
   }
 
 #define ROW_KERNEL(NAME, T, LD, LDT)                                                   \
@@ -94,6 +103,59 @@ static inline float hfold(tpu_reduce_kind_t kind, __m256 v) {
 
 ROW_KERNEL(row_f32, float, ld_f32, ldt_f32)
 ROW_KERNEL(row_bf16, uint16_t, ld_bf16, ldt_bf16)
+
+/* Short rows (n < 128), 8 at a time. Each row's partial is ROW_PARTIAL's, as row_f32 has
+ * it; the 8 horizontal folds then run together as one transpose-and-fold. hfold folds
+ * lane i op lane i + 4, then i op i + 2, then 0 op 1 (the lower lane the first operand,
+ * which matters for MAX/MIN of +0 and -0), and so does each level here with two rows'
+ * lanes side by side in a register: 7 vector ops and 16 shuffles for 8 rows instead of 8
+ * stores and 56 scalar combines. */
+#define ROWS_BODY(OP, NANCHK)                                                          \
+  {                                                                                    \
+    for (int r0 = 0; r0 < nrows; r0 += 8) {                                            \
+      __m256 part[8];                                                                     \
+      unsigned nanrows = 0;                                                            \
+      for (int r = 0; r < 8; r++) {                                                    \
+        part[r] = id;                                                                     \
+        if (r0 + r >= nrows) continue;                                                 \
+        const float *x = rows + (r0 + r) * ld;                                         \
+        __m256 nanm = _mm256_setzero_ps();                                             \
+        ROW_PARTIAL(OP, NANCHK, ld_f32, ldt_f32, part[r], nanm)                           \
+        if (_mm256_movemask_ps(nanm)) nanrows |= 1u << r;                              \
+      }                                                                                \
+      __m256 s[4], q[2];                                                               \
+      for (int k = 0; k < 4; k++) { /* 128-bit half h: row 2k + h, lanes 4..7 op 0..3 */ \
+        s[k] = OP(_mm256_permute2f128_ps(part[2 * k], part[2 * k + 1], 0x20),                \
+                  _mm256_permute2f128_ps(part[2 * k], part[2 * k + 1], 0x31));               \
+      }                                                                                \
+      for (int k = 0; k < 2; k++) { /* lane j op lane j + 2 */                         \
+        q[k] = OP(_mm256_shuffle_ps(s[2 * k], s[2 * k + 1], 0x44),                     \
+                  _mm256_shuffle_ps(s[2 * k], s[2 * k + 1], 0xEE));                    \
+      }                                                                                \
+      /* lane 0 op lane 1: the low half holds rows 0, 2, 4, 6, the high half 1, 3, 5, 7 */ \
+      __m256 f = OP(_mm256_shuffle_ps(q[0], q[1], 0x88), _mm256_shuffle_ps(q[0], q[1], 0xDD)); \
+      f = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));      \
+      float res[8];                                                                    \
+      _mm256_storeu_ps(res, f);                                                        \
+      for (int r = 0; r < 8 && r0 + r < nrows; r++) {                                  \
+        out[(r0 + r) * os] = (nanrows >> r) & 1 ? NAN : res[r];                        \
+      }                                                                                \
+    }                                                                                  \
+    return;                                                                            \
+  }
+
+static void rows_f32(tpu_reduce_kind_t kind, const float *rows, int64_t ld, int nrows,
+                     int64_t n, float *out, int64_t os) {
+  const float idf = tpu_reduce_identity_f32(kind);
+  const __m256 id = _mm256_set1_ps(idf);
+  switch (kind) {
+    case TPU_REDUCE_SUM: ROWS_BODY(OP_SUM, NAN_NONE)
+    case TPU_REDUCE_PROD: ROWS_BODY(OP_PROD, NAN_NONE)
+    case TPU_REDUCE_MAX: ROWS_BODY(OP_MAX, NAN_TRACK)
+    case TPU_REDUCE_MIN: ROWS_BODY(OP_MIN, NAN_TRACK)
+    default: return;
+  }
+}
 
 /* Columns: 64 at a time in 8 registers, then 8 at a time, then a padded tail vector. */
 #define COL_STEP(k, OP, NANCHK, LD)                                                    \
@@ -216,6 +278,7 @@ static const tpu_reduce_isa_t kAvx2 = {
     .name = "avx2",
     .row_f32 = row_f32,
     .row_bf16 = row_bf16,
+    .rows_f32 = rows_f32,
     .col_f32 = col_f32,
     .col_bf16 = col_bf16,
     .f16_to_f32 = f16_to_f32,
