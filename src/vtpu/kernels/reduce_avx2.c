@@ -108,32 +108,33 @@ ROW_KERNEL(row_bf16, uint16_t, ld_bf16, ldt_bf16)
  * it; the 8 horizontal folds then run together as one transpose-and-fold. hfold folds
  * lane i op lane i + 4, then i op i + 2, then 0 op 1 (the lower lane the first operand,
  * which matters for MAX/MIN of +0 and -0), and so does each level here with two rows'
- * lanes side by side in a register: 7 vector ops and 16 shuffles for 8 rows instead of 8
+ * lanes side by side in a register: 7 vector ops and 15 shuffles for 8 rows instead of 8
  * stores and 56 scalar combines. */
 #define ROWS_BODY(OP, NANCHK)                                                          \
   {                                                                                    \
     for (int r0 = 0; r0 < nrows; r0 += 8) {                                            \
-      __m256 part[8];                                                                     \
+      __m256 part[8];                                                                  \
       unsigned nanrows = 0;                                                            \
       for (int r = 0; r < 8; r++) {                                                    \
-        part[r] = id;                                                                     \
+        part[r] = id;                                                                  \
         if (r0 + r >= nrows) continue;                                                 \
         const float *x = rows + (r0 + r) * ld;                                         \
         __m256 nanm = _mm256_setzero_ps();                                             \
-        ROW_PARTIAL(OP, NANCHK, ld_f32, ldt_f32, part[r], nanm)                           \
+        ROW_PARTIAL(OP, NANCHK, ld_f32, ldt_f32, part[r], nanm)                        \
         if (_mm256_movemask_ps(nanm)) nanrows |= 1u << r;                              \
       }                                                                                \
       __m256 s[4], q[2];                                                               \
       for (int k = 0; k < 4; k++) { /* 128-bit half h: row 2k + h, lanes 4..7 op 0..3 */ \
-        s[k] = OP(_mm256_permute2f128_ps(part[2 * k], part[2 * k + 1], 0x20),                \
-                  _mm256_permute2f128_ps(part[2 * k], part[2 * k + 1], 0x31));               \
+        s[k] = OP(_mm256_permute2f128_ps(part[2 * k], part[2 * k + 1], 0x20),          \
+                  _mm256_permute2f128_ps(part[2 * k], part[2 * k + 1], 0x31));         \
       }                                                                                \
       for (int k = 0; k < 2; k++) { /* lane j op lane j + 2 */                         \
         q[k] = OP(_mm256_shuffle_ps(s[2 * k], s[2 * k + 1], 0x44),                     \
                   _mm256_shuffle_ps(s[2 * k], s[2 * k + 1], 0xEE));                    \
       }                                                                                \
-      /* lane 0 op lane 1: the low half holds rows 0, 2, 4, 6, the high half 1, 3, 5, 7 */ \
-      __m256 f = OP(_mm256_shuffle_ps(q[0], q[1], 0x88), _mm256_shuffle_ps(q[0], q[1], 0xDD)); \
+      /* lane 0 op lane 1: rows 0, 2, 4, 6 in the low half, 1, 3, 5, 7 in the high */  \
+      __m256 f = OP(_mm256_shuffle_ps(q[0], q[1], 0x88),                               \
+                    _mm256_shuffle_ps(q[0], q[1], 0xDD));                              \
       f = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));      \
       float res[8];                                                                    \
       _mm256_storeu_ps(res, f);                                                        \
