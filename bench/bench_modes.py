@@ -2,7 +2,8 @@
 reference), tpu strict eager, tpu fused eager, and torch.compile(backend="tpu") (model and
 AdamW step with capturable=True, or model with AdamW(fused=True)); compile time of the step
 at 1x, 2x and 4x layers; peak memory compiled vs eager; a loop of tiny ops, fused vs strict;
-which thread bounds each mode (CPU time per step of the Python and the kernel threads).
+which thread bounds each mode (CPU time per step of the Python and the kernel threads); the
+host time of each compiled graph's runs, on one core and with a helping thread.
 
 The step time is measured on the host (the virtual TPU runs on this machine's CPU) and
 modelled for a real v5e by the cost model (include/tpu/cost.h), which also shows what
@@ -146,6 +147,28 @@ def step_times(rounds=60):
           f"{modelled['tpu fused eager'] / modelled['tpu compiled']:.2f}x modelled")
 
 
+def graph_times():
+    """Per compiled graph of the step_times runs (both compiled modes): the host time of its
+    runs on the virtual TPU, begun alone (one core: Python was still issuing the step) or
+    with the thread waiting in synchronize helping (two cores), from the executables' own
+    counters (_TpuGraph.stats)."""
+    import torchtpu.compile as tc
+    rows = []
+    for g in tc.graphs:
+        st = g.stats()
+        if st["steps"] < 20 or st["alone_runs"] + st["helped_runs"] == 0:
+            continue
+        alone = st["alone_ns"] / st["alone_runs"] / 1e3 if st["alone_runs"] else None
+        helped = st["helped_ns"] / st["helped_runs"] / 1e3 if st["helped_runs"] else None
+        rows.append([g.kind, f"{st['steps']}", "yes" if st["two_threads"] else "no",
+                     f"{st['alone_runs']}", f"{alone:.0f}" if alone else "",
+                     f"{st['helped_runs']}", f"{helped:.0f}" if helped else "",
+                     f"{alone / helped:.2f}x" if alone and helped else ""])
+    table("Compiled graphs: host µs per run (mean), alone and with a thread helping",
+          ["graph", "steps", "two-thread schedule", "runs alone", "µs alone", "runs helped",
+           "µs helped", "alone / helped"], rows)
+
+
 def _thread_cpu_s():
     """CPU seconds (user + system) of each thread of this process, by thread id: (name, s).
     The C core names its threads (tpu_stream: a chip's queue, tpu_pool: the kernels' pool)."""
@@ -257,6 +280,7 @@ def tiny_ops(rounds=7):
 
 if __name__ == "__main__":
     step_times()
+    graph_times()
     thread_cpu()
     tiny_ops()
     peak_memory()

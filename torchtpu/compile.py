@@ -235,9 +235,11 @@ class _TpuGraph:
         unplanned_bytes (their sum without reuse), nodes (captured IR graph), kernels
         (launches per run after fusion), fused (kernels that compute several ops),
         two_threads (1: its steps run on two threads while a thread waiting in synchronize
-        helps, by a schedule made at compile time)."""
+        helps, by a schedule made at compile time), and the host time of its runs so far on
+        the virtual TPU: alone_runs and alone_ns (runs begun with no thread waiting in
+        synchronize to help: one core), helped_runs and helped_ns (two cores)."""
         keys = ("plans", "steps", "scratch_bytes", "unplanned_bytes", "nodes", "kernels",
-                "fused", "two_threads")
+                "fused", "two_threads", "alone_runs", "alone_ns", "helped_runs", "helped_ns")
         return dict(zip(keys, torch.ops.torchtpu.plan_stats(self.latest)))
 
     def describe(self):

@@ -118,6 +118,17 @@ bool tpu_executable_output_strides(const tpu_executable_t *exe, int i,
 tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs,
                                 void *const *outputs, void *scratch, tpu_pool_t *pool);
 
+/* Host time of an executable's successful runs since it was compiled, split by whether a
+ * helper was spinning in the run's pool when it began (a thread waiting in
+ * tpu_stream_synchronize: the run then takes two threads, by the two-thread schedule or by
+ * kernels splitting their work) or not (one thread). Reading races with running: each
+ * count is exact, a pair may be one run apart. */
+typedef struct tpu_executable_run_stats {
+  uint64_t alone_runs, alone_ns;
+  uint64_t helped_runs, helped_ns;
+} tpu_executable_run_stats_t;
+void tpu_executable_run_stats(const tpu_executable_t *exe, tpu_executable_run_stats_t *out);
+
 /* ---- cache --------------------------------------------------------------------------- */
 
 typedef struct tpu_cache tpu_cache_t;

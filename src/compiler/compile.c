@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/spin.h"
 #include "compiler/alias.h"
 #include "compiler/deps.h"
 #include "compiler/executable.h"
@@ -943,20 +944,38 @@ tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs
                                 void *const *outputs, void *scratch, tpu_pool_t *pool) {
   /* in parallel only with helpers already spinning (a thread waiting in synchronize):
    * a woken worker would compete for the cores with the Python threads */
-  bool parallel = exe->parallel && tpu_pool_helpers(pool) > 0;
+  uint64_t t0 = tpu_now_ns();
+  int helped = tpu_pool_helpers(pool) > 0;
+  bool parallel = exe->parallel && helped;
   bool disjoint = (parallel || exe->scratch_in_outputs) && tpu_deps_outputs_disjoint(exe, outputs);
   if (exe->scratch_in_outputs && !disjoint) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
                           "executable run: outputs overlap, but the executable keeps "
                           "intermediates in its outputs before writing them");
   }
+  tpu_status_t st = TPU_OK;
   if (parallel && disjoint) {
-    return tpu_run_parallel(exe, inputs, outputs, scratch, pool);
+    st = tpu_run_parallel(exe, inputs, outputs, scratch, pool);
+  } else {
+    for (int i = 0; i < exe->num_steps && st == TPU_OK; i++) {
+      st = tpu_step_run(&exe->steps[i], inputs, outputs, scratch, pool);
+    }
   }
-  for (int i = 0; i < exe->num_steps; i++) {
-    TPU_RETURN_IF_ERROR(tpu_step_run(&exe->steps[i], inputs, outputs, scratch, pool));
+  if (st == TPU_OK) {
+    /* the counters are the one thing a run writes in the executable (heap memory: casting
+     * away const is defined) */
+    tpu_executable_t *counted = (tpu_executable_t *)exe;
+    atomic_fetch_add_explicit(&counted->runs[helped], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&counted->run_ns[helped], tpu_now_ns() - t0, memory_order_relaxed);
   }
-  return TPU_OK;
+  return st;
+}
+
+void tpu_executable_run_stats(const tpu_executable_t *exe, tpu_executable_run_stats_t *out) {
+  out->alone_runs = atomic_load_explicit(&exe->runs[0], memory_order_relaxed);
+  out->alone_ns = atomic_load_explicit(&exe->run_ns[0], memory_order_relaxed);
+  out->helped_runs = atomic_load_explicit(&exe->runs[1], memory_order_relaxed);
+  out->helped_ns = atomic_load_explicit(&exe->run_ns[1], memory_order_relaxed);
 }
 
 int tpu_executable_num_kernels(const tpu_executable_t *exe) { return exe->num_steps; }

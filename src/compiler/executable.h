@@ -117,6 +117,10 @@ struct tpu_executable {
                                    run_parallel.c while a helper spins */
   bool scratch_in_outputs;      /* some intermediates live in outputs not yet written (the
                                    outputs must not overlap: plan_memory.h) */
+  /* the successful runs and their host time, ns (tpu_executable_run_stats): [0] begun with
+   * no helper spinning in the pool, [1] with one; counted by runs of a const executable,
+   * so atomic */
+  _Atomic uint64_t runs[2], run_ns[2];
 };
 
 /* Runs one step (execute.c). */

@@ -14,7 +14,8 @@
  * dependency ordered (inside a list by position, across lists by a wait), and both lists
  * able to finish on one thread. Parallel runs need a helper spinning in the pool, as a
  * thread waiting in synchronize does: one spins through the whole test; a run without one
- * (the caller takes both lists) is tested too.
+ * (the caller takes both lists) is tested too, and so are the run counters (runs alone
+ * and with a helper, failed runs not counted).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -422,6 +423,27 @@ TEST(with_no_helper_the_caller_runs_both_lists) {
   tpu_graph_destroy(g);
 }
 
+TEST(run_stats_count_runs_alone_and_with_a_helper) {
+  tpu_graph_t *g = branches_graph();
+  tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
+  if (exe) {
+    tpu_executable_run_stats_t st;
+    tpu_executable_run_stats(exe, &st);
+    CHECK(st.alone_runs == 0 && st.helped_runs == 0 && st.alone_ns == 0 && st.helped_ns == 0);
+    for (int k = 0; k < 5; k++) {
+      cu_run_t r;
+      /* no pool, a pool nobody helps, then the pool a helper spins in */
+      cu_execute(g, exe, 3, k == 0 ? NULL : k < 3 ? g_lone_pool : g_pool, &r);
+      cu_free(&r);
+    }
+    tpu_executable_run_stats(exe, &st);
+    CHECK(st.alone_runs == 3 && st.helped_runs == 2);
+    CHECK(st.alone_ns > 0 && st.helped_ns > 0);
+  }
+  tpu_executable_release(exe);
+  tpu_graph_destroy(g);
+}
+
 TEST(an_error_in_one_branch_names_its_op_and_the_pool_still_works) {
   tpu_graph_t *g = ir_graph();
   tpu_value_t x = ir_param(g, TPU_F32, SHAPE(8, 16));
@@ -454,12 +476,18 @@ TEST(an_error_in_one_branch_names_its_op_and_the_pool_still_works) {
     ((int64_t *)r.in[1])[2] = 99;
     size_t sb = tpu_executable_scratch_bytes(exe);
     void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+    tpu_executable_run_stats_t before, after;
+    tpu_executable_run_stats(exe, &before);
     tpu_status_t st = tpu_executable_run(exe, r.in, r.out, scratch, g_pool);
     CHECK(st == TPU_ERR_OUT_OF_RANGE);
     CHECK_CONTAINS(tpu_status_message(), "gather");
     CHECK_CONTAINS(tpu_status_message(), "99");
+    tpu_executable_run_stats(exe, &after); /* a failed run is not counted */
+    CHECK(after.helped_runs == before.helped_runs && after.helped_ns == before.helped_ns);
     ((int64_t *)r.in[1])[2] = 1;
     CHECK_OK(tpu_executable_run(exe, r.in, r.out, scratch, g_pool));
+    tpu_executable_run_stats(exe, &after);
+    CHECK(after.helped_runs == before.helped_runs + 1 && after.helped_ns > before.helped_ns);
     free(scratch);
     cu_free(&r);
   }
@@ -479,6 +507,7 @@ int main(void) {
   RUN(in_place_updates_and_may_alias_outputs_are_ordered);
   RUN(overlapping_outputs_run_in_order);
   RUN(with_no_helper_the_caller_runs_both_lists);
+  RUN(run_stats_count_runs_alone_and_with_a_helper);
   RUN(an_error_in_one_branch_names_its_op_and_the_pool_still_works);
   atomic_store(&g_stop, true);
   pthread_join(helper, NULL);

@@ -171,6 +171,16 @@ def test_whole_graph_is_one_program_with_a_memory_plan():
     assert stats["nodes"] > 20
     # intermediates share memory: the planned peak is below the sum of all of them
     assert 0 < stats["scratch_bytes"] < stats["unplanned_bytes"], stats
+    # each replay counts one run and its host time, alone or with a thread helping
+    torch.tpu.synchronize()
+    before = bw.stats()
+    forward(x).sum().backward()
+    torch.tpu.synchronize()
+    after = bw.stats()
+    runs = lambda st: st["alone_runs"] + st["helped_runs"]  # noqa: E731
+    spent = lambda st: st["alone_ns"] + st["helped_ns"]  # noqa: E731
+    assert runs(before) >= 2 and runs(after) == runs(before) + 1, (before, after)
+    assert spent(after) > spent(before), (before, after)
 
 
 def test_gpt_backward_and_optimizer_run_on_two_threads_and_the_forward_in_order():
