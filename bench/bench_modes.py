@@ -74,8 +74,8 @@ SYNC_RUN = 10  # synchronized steps of one mode before the next mode's turn
 def step_times(rounds=60):
     """Median wall time of a GPT step per mode, synchronized after each step and back to back
     (BLOCK steps, one sync). The tpu modes take turns (SYNC_RUN synchronized steps or one
-    block each), so a change in the machine's load hits them all alike. Also per mode: the step's modelled time on a v5e (the cost model) and the
-    executables launched per step."""
+    block each), so a change in the machine's load hits them all alike. Also per mode: the
+    step's modelled time on a v5e (the cost model) and the executables launched per step."""
     steps, modelled, launches = {}, {}, {}
     for name, (device, mode, compiled, fused_adamw) in MODES.items():
         step = in_mode(mode, lambda: gpt_step(device, compile=compiled, fused_adamw=fused_adamw))
