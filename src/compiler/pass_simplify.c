@@ -18,6 +18,10 @@
  *     dims, the other operand's batch dim split alike (a view)): the same products, but a
  *     reshape of a strided x (attention's heads, transposed) needs a copy and the dot
  *     reads x through its strides directly
+ *   concatenate along the last dim d of reshape(x_i), each x_i's dims after d merged into
+ *     dim d (the same trailing dims in every x_i) -> reshape(concatenate of the x_i along
+ *     d): one copy where there were two when the x_i are strided (attention's per-head
+ *     gradients, transposed back to (batch, time, features) for the qkv projection)
  * The replacement always has the node's dtype and shape (checked by the caller).
  */
 #include <math.h>
@@ -152,6 +156,46 @@ static tpu_value_t simplify_dot(pass_ctx_t *c, const tpu_node_t *node, const tpu
   return pass_emit_shaped(c, TPU_OP_RESHAPE, node->dtype, &node->shape, dot);
 }
 
+/* Operands merged into a concatenation this way, at most (a longer list is left as it is). */
+#define MAX_CONCAT_SPLIT 16
+
+/* concatenate_d(reshape(x_0), reshape(x_1), ...), d the last dim, each reshape merging x_i's
+ * dims from d on: the x_i concatenated along d (their leading dims are the node's, their
+ * trailing dims after d equal), reshaped to the node's shape. The concatenation's elements
+ * are in the same row-major order: piece i starts at a multiple of the trailing size. */
+static tpu_value_t simplify_concat(pass_ctx_t *c, const tpu_node_t *node, const tpu_value_t *ops) {
+  const tpu_graph_t *g = c->rw.dst;
+  const int d = node->attrs.concat.dim, n = node->num_operands;
+  if (d != node->shape.rank - 1 || n < 2 || n > MAX_CONCAT_SPLIT) return TPU_NO_VALUE;
+  tpu_value_t xs[MAX_CONCAT_SPLIT];
+  const tpu_shape_t *first = NULL;
+  tpu_shape_t joined;
+  for (int i = 0; i < n; i++) {
+    const tpu_node_t *r = tpu_graph_node(g, ops[i]);
+    if (!r || r->op != TPU_OP_RESHAPE) return TPU_NO_VALUE;
+    xs[i] = r->operands[0];
+    const tpu_shape_t *x = &tpu_graph_node(g, xs[i])->shape;
+    if (x->rank < d + 2 || memcmp(x->dims, r->shape.dims, sizeof(int64_t) * (size_t)d)) {
+      return TPU_NO_VALUE;
+    }
+    if (!first) {
+      first = x;
+      joined = *x;
+      joined.dims[d] = 0;
+    } else if (x->rank != first->rank ||
+               memcmp(x->dims + d + 1, first->dims + d + 1,
+                      sizeof(int64_t) * (size_t)(x->rank - d - 1))) {
+      return TPU_NO_VALUE;
+    }
+    joined.dims[d] += x->dims[d]; /* no overflow: the node's dim d is larger */
+  }
+  tpu_node_t cat = *node;
+  cat.shape = joined;
+  tpu_value_t v = pass_emit(c, &cat, xs);
+  if (v == TPU_NO_VALUE) return TPU_NO_VALUE;
+  return pass_emit_shaped(c, TPU_OP_RESHAPE, node->dtype, &node->shape, v);
+}
+
 tpu_value_t pass_simplify_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_value_t *ops) {
   const tpu_graph_t *g = c->rw.dst;
   switch (node->op) {
@@ -226,6 +270,8 @@ tpu_value_t pass_simplify_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_
     }
     case TPU_OP_DOT_GENERAL:
       return simplify_dot(c, node, ops);
+    case TPU_OP_CONCATENATE:
+      return simplify_concat(c, node, ops);
     case TPU_OP_SELECT: {
       const tpu_node_t *p = pass_splat(g, ops[0]);
       if (!p) return TPU_NO_VALUE;

@@ -312,6 +312,54 @@ TEST(simplify_drops_whole_slices_and_dots_read_unmerged_batches) {
   tpu_graph_destroy(g);
 }
 
+TEST(simplify_concatenates_strided_heads_before_merging_them) {
+  /* attention's per-head gradients (B, H, T, D), each transposed to (B, T, H, D) and
+   * reshaped to (B, T, H*D) (a copy: the heads are strided), then concatenated along the
+   * features for the qkv projection: one concatenation of the transposes instead */
+  tpu_graph_t *g = ir_graph();
+  int64_t perm[4] = {0, 2, 1, 3};
+  tpu_shape_t merged = SHAPE(2, 5, 12), odd = SHAPE(2, 6, 10);
+  tpu_value_t parts[3], kept[2];
+  for (int i = 0; i < 3; i++) {
+    tpu_value_t heads = ir_param(g, TPU_F32, SHAPE(2, 3, 5, 4));
+    parts[i] = tpu_graph_reshape(g, tpu_graph_transpose(g, heads, perm), &merged);
+  }
+  CHECK_OK(tpu_graph_output(g, tpu_graph_concatenate(g, parts, 3, 2), NULL));
+  /* left alone: trailing dims that differ ((3, 4) and (6, 2) both merge to 12), and a
+   * concatenation along a dim that is not the last */
+  tpu_value_t other = ir_param(g, TPU_F32, SHAPE(2, 5, 6, 2));
+  kept[0] = parts[0];
+  kept[1] = tpu_graph_reshape(g, other, &merged);
+  CHECK_OK(tpu_graph_output(g, tpu_graph_concatenate(g, kept, 2, 2), NULL));
+  tpu_value_t flat = tpu_graph_reshape(g, ir_param(g, TPU_F32, SHAPE(2, 1, 60)), &odd);
+  kept[1] = flat;
+  kept[0] = tpu_graph_reshape(g, ir_param(g, TPU_F32, SHAPE(2, 60)), &odd);
+  CHECK_OK(tpu_graph_output(g, tpu_graph_concatenate(g, kept, 2, 1), NULL));
+  tpu_pass_stats_t stats;
+  tpu_graph_t *o = run_passes(g, TPU_PASS_SIMPLIFY | TPU_PASS_DCE, &stats);
+  CHECK(o != NULL);
+  if (o) {
+    const tpu_node_t *out = tpu_graph_node(o, tpu_graph_output_value(o, 0));
+    CHECK(out->op == TPU_OP_RESHAPE);
+    const tpu_node_t *cat = tpu_graph_node(o, out->operands[0]);
+    CHECK(cat->op == TPU_OP_CONCATENATE && cat->attrs.concat.dim == 2);
+    CHECK(cat->shape.rank == 4 && cat->shape.dims[2] == 9 && cat->shape.dims[3] == 4);
+    for (int i = 0; i < cat->num_operands; i++) {
+      CHECK(tpu_graph_node(o, cat->operands[i])->op == TPU_OP_TRANSPOSE);
+    }
+    for (int k = 1; k < 3; k++) {
+      const tpu_node_t *left = tpu_graph_node(o, tpu_graph_output_value(o, k));
+      CHECK(left->op == TPU_OP_CONCATENATE && left->shape.rank == 3);
+      CHECK(tpu_graph_node(o, left->operands[1])->op == TPU_OP_RESHAPE);
+    }
+    /* the first output's three reshapes are dead; the first part's stays for the second */
+    CHECK(cu_count_op(o, TPU_OP_RESHAPE) == 5);
+  }
+  CHECK(cu_optimized_vs_plain(g, NULL) == 0);
+  tpu_graph_destroy(o);
+  tpu_graph_destroy(g);
+}
+
 TEST(passes_leave_an_optimal_graph_alone) {
   tpu_graph_t *g = ir_graph();
   tpu_value_t x = ir_param(g, TPU_F32, SHAPE(4));
@@ -339,6 +387,7 @@ int main(void) {
   RUN(cse_merges_equal_nodes_but_not_parameters_or_rng);
   RUN(dce_drops_dead_nodes_and_keeps_every_parameter);
   RUN(simplify_drops_whole_slices_and_dots_read_unmerged_batches);
+  RUN(simplify_concatenates_strided_heads_before_merging_them);
   RUN(passes_leave_an_optimal_graph_alone);
   return check_report();
 }
