@@ -168,8 +168,7 @@ static tpu_value_t simplify_concat(pass_ctx_t *c, const tpu_node_t *node, const 
   const int d = node->attrs.concat.dim, n = node->num_operands;
   if (d != node->shape.rank - 1 || n < 2 || n > MAX_CONCAT_SPLIT) return TPU_NO_VALUE;
   tpu_value_t xs[MAX_CONCAT_SPLIT];
-  const tpu_shape_t *first = NULL;
-  tpu_shape_t joined;
+  tpu_shape_t joined; /* x_0's shape, dim d summed over the x_i */
   for (int i = 0; i < n; i++) {
     const tpu_node_t *r = tpu_graph_node(g, ops[i]);
     if (!r || r->op != TPU_OP_RESHAPE) return TPU_NO_VALUE;
@@ -178,12 +177,11 @@ static tpu_value_t simplify_concat(pass_ctx_t *c, const tpu_node_t *node, const 
     if (x->rank < d + 2 || memcmp(x->dims, r->shape.dims, sizeof(int64_t) * (size_t)d)) {
       return TPU_NO_VALUE;
     }
-    if (!first) {
-      first = x;
+    if (i == 0) {
       joined = *x;
       joined.dims[d] = 0;
-    } else if (x->rank != first->rank ||
-               memcmp(x->dims + d + 1, first->dims + d + 1,
+    } else if (x->rank != joined.rank ||
+               memcmp(x->dims + d + 1, joined.dims + d + 1,
                       sizeof(int64_t) * (size_t)(x->rank - d - 1))) {
       return TPU_NO_VALUE;
     }

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import no_fallback, tpu
+from conftest import assert_trains_like_cpu, no_fallback, tpu
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +46,7 @@ def test_dropout_masks_are_random_reproducible_and_shared_with_backward():
     torch.manual_seed(1)
     a_again = drop(x)
     kept = (a != 0).float().mean().item()
-    assert 0.45 < kept < 0.55, kept  # 16384 draws: 8 standard deviations of slack
+    assert 0.45 < kept < 0.55, kept  # 16384 draws: about 13 standard deviations of slack
     assert set(a.unique().cpu().tolist()) == {0.0, 2.0}  # kept values scaled by 1 / (1 - p)
     assert not torch.equal(a.cpu(), b.cpu()), "two calls drew the same mask"
     assert torch.equal(a.cpu(), a_again.cpu()), "manual_seed did not reproduce the mask"
@@ -88,23 +88,25 @@ def test_clipping_a_schedule_and_a_compiled_optimizer_step_match_cpu():
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
     data = [torch.randn(6, 8) for _ in range(4)]
 
-    def train(device, module, compile_step):
+    def train(device):
+        """The CPU reference steps eagerly; the tpu compiles the model and the step."""
+        on_tpu = device == "tpu"
+        module = compiled(model) if on_tpu else copy.deepcopy(model)
         opt = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9)
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-        step = torch.compile(opt.step, backend="tpu") if compile_step else opt.step
+        step = torch.compile(opt.step, backend="tpu") if on_tpu else opt.step
+        losses = []
         for x in data:
-            module(x.to(device)).pow(2).mean().backward()
+            loss = module(x.to(device)).pow(2).mean()
+            loss.backward()
             nn.utils.clip_grad_norm_(module.parameters(), max_norm=0.1)
             step()
             opt.zero_grad()
             sched.step()
-        return module
+            losses.append(loss.item())
+        return losses, [p.detach().cpu() for p in module.parameters()]
 
-    want = train("cpu", copy.deepcopy(model), False)
-    with torch.tpu.precision("highest"):
-        got = no_fallback(lambda: train("tpu", compiled(model), True))
-    for g, w in zip(got.parameters(), want.parameters()):
-        assert_close(g, w, 1e-5)
+    assert_trains_like_cpu(train, rtol=1e-5, atol=1e-5)
 
 
 def test_activation_checkpointing_inside_a_compiled_function():
