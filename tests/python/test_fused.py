@@ -257,3 +257,24 @@ def test_op_graphs_and_the_pending_graph_are_reused_across_flushes(fused):
     torchtpu.set_eager_mode("fused")
     reused_graphs("tpu")
     assert torchtpu.fused_stats()["graph_cache_misses"] == misses
+
+
+def test_graphs_that_read_the_same_values_in_another_order_are_told_apart(fused):
+    # a / b and b / a record the same ops over the same parameters: only which value each
+    # operand reads differs, and the graph cache's key must say so (it once did not, and
+    # the second flush ran the first graph's executable: b / a gave a / b)
+    x = torch.rand(4, device="tpu") + 0.5
+    y = torch.rand(4, device="tpu") + 0.5
+    torch.tpu.synchronize()  # x and y written: each loop below records the same graph
+    for order in ("a, b", "b, a"):
+        a, b = x.exp(), y.log()  # values written in the graph
+        first, second = (a, b) if order == "a, b" else (b, a)
+        got = (first / second).cpu()
+        a, b = x.cpu().exp(), y.cpu().log()
+        want = a / b if order == "a, b" else b / a
+        torch.testing.assert_close(got, want, msg=order)
+    for order in ("x, y", "y, x"):  # parameters read before, in either order
+        first, second = (x, y) if order == "x, y" else (y, x)
+        got = (x * 1 + y * 1 + first - second).cpu()
+        want = x.cpu() + y.cpu() + first.cpu() - second.cpu()
+        torch.testing.assert_close(got, want, msg=order)

@@ -457,6 +457,15 @@ void record_op(c10::Device device, const std::string &name, const std::vector<un
     TORCH_INTERNAL_ASSERT(attempt == 0, name, ": cannot record after a flush");
     flush_locked(p, "view");
   }
+  // which values the op reads: the key so far fixes the graph built so far (its value ids
+  // included), but a read of a value already there (a parameter read before, or what a
+  // tensor last wrote) adds nothing to it, so without this, b / a would hit a / b's
+  // executable
+  for (size_t i = 0; i < params.size(); i++) {
+    if (!tensors[i].defined() || !used[i]) continue;
+    p.key.push_back('a');
+    key_pod(p.key, values[i]);
+  }
   // host inputs: scalars, CPU index tensors, and the (seed, offset) of random ops
   int rng_index = -1;
   if (rng.used) {
