@@ -137,7 +137,10 @@ class _TpuGraph:
         # each placeholder's value), so that a call need not check (7 us for 90 arguments)
         examples = [n.meta.get("val", n.meta.get("example_value"))
                     for n in gm.graph.nodes if n.op == "placeholder"]
-        self.tensor_args = all(isinstance(v, torch.Tensor) for v in examples)
+        # (not a graph with effect tokens: AOTAutograd passes None for each token at run
+        # time, though its placeholder's value is a tensor)
+        self.tensor_args = (all(isinstance(v, torch.Tensor) for v in examples) and not any(
+            n.target is torch.ops.higher_order.with_effects for n in gm.graph.nodes))
         # a graph Dynamo traced over tensor subclasses (an optimizer step over FSDP2's
         # DTensor parameters; AOTAutograd's graphs see the inner tensors already) runs on
         # the subclasses, which compute on the tensors they wrap: those are what a plan
@@ -361,11 +364,15 @@ aot_backend = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compil
 
 def _functional(op):
     """aten.add_.Tensor -> aten.add.Tensor when the functional form has a decomposition
-    (functionalization turns an in-place op into it, then AOTAutograd decomposes it)."""
+    (functionalization turns an in-place op into it, then AOTAutograd decomposes it). Not
+    for an in-place view op (squeeze_, t_, ...: torch.Tag.inplace_view), which changes the
+    tensor's shape rather than its values: copying its functional result back would
+    broadcast it into the old shape (matmul of a vector squeezes its product this way)."""
     packet, _, overload = op.__name__.partition(".")
     first = op._schema.arguments[0] if op._schema.arguments else None
     if (not packet.endswith("_") or packet.endswith("__") or first is None
-            or first.alias_info is None or not first.alias_info.is_write):
+            or first.alias_info is None or not first.alias_info.is_write
+            or torch.Tag.inplace_view in op.tags):
         return None
     functional = getattr(getattr(torch.ops.aten, packet[:-1], None), overload, None)
     return functional if functional in _decompositions else None
