@@ -50,6 +50,12 @@ CONVS = {
                                                                         dilation=2, groups=2),
                                      (2, 4, 5, 6), (4, 3, 3, 2)),
     "transpose_1d": (lambda x, w, b: F.conv_transpose1d(x, w, b, stride=3), (2, 3, 7), (3, 2, 4)),
+    # an output_padding past the stride (allowed below the dilation): the input gradient's
+    # convolution yields positions past the input, which it must drop
+    "transpose_2d_groups_output_padding_past_stride": (
+        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(3, 2), padding=(1, 2), output_padding=(2, 3),
+                                           groups=2, dilation=(4, 4)),
+        (2, 2, 4, 4), (2, 2, 4, 5)),
 }
 
 

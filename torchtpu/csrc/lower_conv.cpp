@@ -239,8 +239,20 @@ void convolution_backward(LowerCtx &ctx) {
       ctx.results[0] = input_grad(ctx, dy, w, p, spatial(xs), acc);
     } else {  // the transposed convolution's input gradient is the ordinary convolution
       std::vector<int64_t> ones(p.ns, 1);
-      ctx.results[0] = conv(ctx, dy, w, p.ns, p.stride, p.padding, p.padding, ones,
+      tpu_value_t gi = conv(ctx, dy, w, p.ns, p.stride, p.padding, p.padding, ones,
                             p.dilation, p.groups, acc);
+      // an output_padding of a stride or more (allowed below the dilation) leaves whole
+      // strides of dy past the last input position: the convolution then yields
+      // output_padding / stride more positions, which no input has
+      tpu_shape_t gs = shape_of(ctx.g, gi);
+      bool extra = false;
+      int64_t start[TPU_MAX_RANK] = {0}, limit[TPU_MAX_RANK], step[TPU_MAX_RANK];
+      for (int d = 0; d < gs.rank; d++) {
+        limit[d] = d < 2 ? gs.dims[d] : xs.dims[d];
+        step[d] = 1;
+        extra = extra || limit[d] != gs.dims[d];
+      }
+      ctx.results[0] = extra ? tpu_graph_slice(ctx.g, gi, start, limit, step) : gi;
     }
   }
   if (ctx.out_meta[1].defined()) {
