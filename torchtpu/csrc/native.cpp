@@ -1269,8 +1269,10 @@ tpu_executable_t *copy_program(const at::Tensor &src, const at::Tensor &dst, boo
 
 bool native_copy(const at::Tensor &src, const at::Tensor &dst) {
   if (native_disabled() || dst.device().type() != kTpu || dst.numel() == 0) return false;
-  if (src.is_conj() || src.is_neg()) return false;  // the host copy resolves these bits
   bool from_host = src.device().type() == c10::DeviceType::CPU;
+  // a lazily conjugated or negated tpu source: the program resolves the bits
+  // (resolve_bits); a host one goes through the host copy, which resolves them there
+  if (from_host && (src.is_conj() || src.is_neg())) return false;
   if (!from_host && src.device() != dst.device()) return false;
   at::Tensor source = src;
   if (from_host) {
