@@ -3,6 +3,8 @@ and prints passed / failed / skipped, plus how many passing ops ran fully native
 
 Run:  .venv/bin/python tools/opinfo_report.py [--dtypes float32,bfloat16] [--limit N]
       [--verbose] (each failure) [--fallbacks] (the ops each passing OpInfo sent to the CPU)
+      [--compile] (float32 only: each sample through torch.compile(backend="tpu"), without
+      and with grad, the gradients too; see test_compile_opinfo.py)
 An op "passes" when every sample matches CPU; "native" when it also used no CPU fallback.
 Random ops are skipped (their numbers differ from the CPU's by design).
 """
@@ -16,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "pytho
 
 import torch  # noqa: E402
 import torchtpu  # noqa: E402
-from opinfo_check import op_db, run_sample  # noqa: E402
+from opinfo_check import op_db, run_sample, run_sample_compiled  # noqa: E402
 
 
 # Random ops draw from the chip's counter-based generator: same distributions, different
@@ -31,12 +33,14 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--trace", action="store_true", help="print each op before running it")
+    parser.add_argument("--compile", action="store_true",
+                        help="run each float32 sample compiled, gradients included")
     parser.add_argument("--fallbacks", action="store_true",
                         help="print the ops each passing OpInfo sent to the CPU fallback")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torchtpu.set_fallback_mode("silent")
-    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    dtypes = [torch.float32] if args.compile else [getattr(torch, d) for d in args.dtypes.split(",")]
     counts = {"passed": 0, "failed": 0, "skipped": 0, "native": 0}
     start = time.time()
     ops = op_db[: args.limit] if args.limit else op_db
@@ -50,9 +54,14 @@ def main() -> None:
             if args.trace:
                 print(f"RUN {name} {dtype}", flush=True)
             try:
-                samples = list(op.sample_inputs("tpu", dtype, requires_grad=False))
-                for sample in samples:
-                    run_sample(op, sample, dtype)
+                if args.compile:
+                    for grad in (False, True) if op.supports_autograd else (False,):
+                        samples = op.sample_inputs("tpu", dtype, requires_grad=grad)
+                        for i, sample in enumerate(samples):
+                            run_sample_compiled(op, sample, i)
+                else:
+                    for sample in op.sample_inputs("tpu", dtype, requires_grad=False):
+                        run_sample(op, sample, dtype)
                 torch.tpu.synchronize()
             except Exception as e:  # noqa: BLE001 - we count every kind of failure
                 counts["failed"] += 1
