@@ -170,6 +170,25 @@ static int ext_after(const tpu_graph_t *g, const fuse_group_t *gr, const tpu_nod
   return k;
 }
 
+/* Whether a head's result |out| (the head, or its keepdim reshape) may be stored in the
+ * group's output, of dtype |root_dt|, before the epilogue reads it. Storing rounds it to
+ * root_dt when that is narrower (an f32 product in a bf16 output): exact only if every
+ * user rounds it so first (a CONVERT to root_dt), else a bf16 addmm would round its
+ * product before adding beta * self, where unfused kernels round once at the end. */
+static bool head_store_exact(const tpu_graph_t *g, tpu_value_t out, tpu_dtype_t root_dt,
+                             int num_nodes) {
+  if (tpu_dtype_size(root_dt) >= tpu_dtype_size(dtype_of(g, out))) return true;
+  for (int u = out + 1; u < num_nodes; u++) {
+    const tpu_node_t *un = tpu_graph_node(g, u);
+    for (int i = 0; i < un->num_operands; i++) {
+      if (un->operands[i] == out && !(un->op == TPU_OP_CONVERT && un->dtype == root_dt)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 static int new_group(fuse_plan_t *p, tpu_value_t v, tpu_value_t head) {
   int gi = p->num_groups++;
   fuse_group_t *gr = &p->groups[gi];
@@ -221,7 +240,9 @@ static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s)
                  (tpu_shape_equal(&node->shape, &root->shape) ||
                   (gr->reshape != TPU_NO_VALUE &&
                    tpu_graph_node(g, gr->reshape)->operands[0] == v)) &&
-                 gr->post_ext + 1 - s->uses[v] <= TPU_EW_PROGRAM_MAX_INPUTS) {
+                 gr->post_ext + 1 - s->uses[v] <= TPU_EW_PROGRAM_MAX_INPUTS &&
+                 head_store_exact(g, gr->reshape != TPU_NO_VALUE ? gr->reshape : v,
+                                  root->dtype, p->n)) {
         gi = ug;
         role = ROLE_HEAD;
         gr->num_ext = -1; /* the head reads its own operands */

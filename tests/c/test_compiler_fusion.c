@@ -216,6 +216,53 @@ TEST(matmul_with_epilogue_is_one_step) {
   tpu_graph_destroy(g);
 }
 
+/* An f32 head under a bf16 output: the fused step stores the head's result in the output
+ * before its epilogue reads it, which rounds it to bf16. A bf16 addmm (beta * c + alpha *
+ * a @ b, rounded once) and a bf16 mean (sum / n) must then run their head on its own; a
+ * product only rounded (a bf16 matmul) still fuses. */
+TEST(f32_heads_under_bf16_outputs_round_once) {
+  tpu_shape_t s = SHAPE(16, 32);
+  tpu_dot_attrs_t da;
+  memset(&da, 0, sizeof da);
+  da.num_contract = 1;
+  da.lhs_contract[0] = 1;
+  da.rhs_contract[0] = 0;
+  for (int epilogue = 0; epilogue < 2; epilogue++) {
+    tpu_graph_t *g = ir_graph();
+    tpu_value_t a = ir_param(g, TPU_BF16, SHAPE(16, 24)), b = ir_param(g, TPU_BF16, SHAPE(24, 32));
+    tpu_value_t y = tpu_graph_dot_general(g, a, b, &da, TPU_F32);
+    if (epilogue) {
+      tpu_value_t c = tpu_graph_convert(g, ir_param(g, TPU_BF16, s), TPU_F32);
+      y = tpu_graph_binary(g, TPU_OP_MUL, y, splat(g, TPU_F32, 2.0315, s));
+      y = tpu_graph_binary(g, TPU_OP_ADD, y, tpu_graph_binary(g, TPU_OP_MUL, c, splat(g, TPU_F32, -4.775, s)));
+    }
+    CHECK_OK(tpu_graph_output(g, tpu_graph_convert(g, y, TPU_BF16), NULL));
+    tpu_executable_t *on = cu_compile(g, 0);
+    if (on) {
+      char *t = describe(on);
+      if (epilogue) {
+        CHECK(tpu_executable_num_kernels(on) == 2);
+        CHECK_CONTAINS(t, "0: DOT_GENERAL f32[16,32]");
+      } else {
+        CHECK(tpu_executable_num_kernels(on) == 1);
+        CHECK_CONTAINS(t, "0: FUSED(DOT_GENERAL,CONVERT) bf16[16,32] -> output 0");
+      }
+      free_text(t);
+    }
+    tpu_executable_release(on);
+    CHECK(cu_optimized_vs_plain(g, g_pool) == 0);
+    tpu_graph_destroy(g);
+  }
+  tpu_graph_t *g = ir_graph();
+  tpu_value_t x = tpu_graph_convert(g, ir_param(g, TPU_BF16, SHAPE(16, 33)), TPU_F32);
+  const bool axis[2] = {false, true};
+  tpu_value_t m = tpu_graph_reduce(g, TPU_REDUCE_SUM, x, axis);
+  m = tpu_graph_binary(g, TPU_OP_DIV, m, splat(g, TPU_F32, 33.0, SHAPE(16)));
+  CHECK_OK(tpu_graph_output(g, tpu_graph_convert(g, m, TPU_BF16), NULL));
+  CHECK(cu_optimized_vs_plain(g, g_pool) == 0);
+  tpu_graph_destroy(g);
+}
+
 TEST(compare_select_clamp_convert_fuse) {
   tpu_graph_t *g = ir_graph();
   tpu_shape_t s = SHAPE(33, 65);
@@ -589,6 +636,7 @@ int main(void) {
   RUN(softmax_fuses);
   RUN(rowwise_loops_shared_with_helpers_keep_their_bits);
   RUN(matmul_with_epilogue_is_one_step);
+  RUN(f32_heads_under_bf16_outputs_round_once);
   RUN(compare_select_clamp_convert_fuse);
   RUN(outputs_feeding_a_chain_are_its_stores);
   RUN(values_used_outside_stay_materialized);

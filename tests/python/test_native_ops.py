@@ -191,6 +191,26 @@ def test_bf16_matmul_accumulates_in_f32():
     assert (got.float() - want.float()).abs().max() <= 2 ** -7 * want.float().abs().max()
 
 
+BF16_ROUNDED_ONCE = {
+    "addmm": lambda x, w, b: torch.addmm(x[0, :8, :8], x[0, :8], x[0, :8].T, beta=-4.775, alpha=2.0315),
+    "linear_with_bias": lambda x, w, b: torch.nn.functional.linear(x, w, b),
+    "baddbmm": lambda x, w, b: torch.baddbmm(x[:, :, :8], x, x.transpose(1, 2)[:, :, :8],
+                                             beta=0.5, alpha=1.5),
+    "mean": lambda x, w, b: x.mean((0, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BF16_ROUNDED_ONCE))
+def test_bf16_epilogues_round_once_like_the_cpu(name):
+    # an f32 product or sum with an epilogue (beta * self + alpha * product, a bias, / n)
+    # is rounded to bf16 once, at the end, as on the CPU: bit for bit (a fused kernel once
+    # stored the product in the bf16 output before its epilogue read it)
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 16, 33).bfloat16(), torch.randn(8, 33).bfloat16(), torch.randn(8).bfloat16()
+    fn = BF16_ROUNDED_ONCE[name]
+    assert torch.equal(no_fallback(lambda: fn(tpu(x), tpu(w), tpu(b))).cpu(), fn(x, w, b))
+
+
 def test_layer_norm_cross_entropy_and_backward():
     x = torch.randn(4, 10, 32, requires_grad=True)
     ln = torch.nn.LayerNorm(32)
