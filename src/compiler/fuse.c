@@ -171,13 +171,17 @@ static int ext_after(const tpu_graph_t *g, const fuse_group_t *gr, const tpu_nod
 }
 
 /* Whether a head's result |out| (the head, or its keepdim reshape) may be stored in the
- * group's output, of dtype |root_dt|, before the epilogue reads it. Storing rounds it to
- * root_dt when that is narrower (an f32 product in a bf16 output): exact only if every
- * user rounds it so first (a CONVERT to root_dt), else a bf16 addmm would round its
- * product before adding beta * self, where unfused kernels round once at the end. */
+ * group's output, of dtype |root_dt|, before the epilogue reads it. The head's kernel
+ * accumulates in f32 and rounds once into the buffer it is given: exact when root_dt is
+ * the head's own dtype, or when the head is f32 and every user converts it to root_dt
+ * first (a bf16 matmul: f32 product, CONVERT). Otherwise a bf16 addmm would round its
+ * product before adding beta * self, where unfused kernels round once at the end (and a
+ * bf16 head in an f32 output would skip its own rounding). */
 static bool head_store_exact(const tpu_graph_t *g, tpu_value_t out, tpu_dtype_t root_dt,
                              int num_nodes) {
-  if (tpu_dtype_size(root_dt) >= tpu_dtype_size(dtype_of(g, out))) return true;
+  tpu_dtype_t dt = dtype_of(g, out);
+  if (dt == root_dt) return true;
+  if (dt != TPU_F32) return false;
   for (int u = out + 1; u < num_nodes; u++) {
     const tpu_node_t *un = tpu_graph_node(g, u);
     for (int i = 0; i < un->num_operands; i++) {

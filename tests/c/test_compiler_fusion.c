@@ -253,6 +253,20 @@ TEST(f32_heads_under_bf16_outputs_round_once) {
     CHECK(cu_optimized_vs_plain(g, g_pool) == 0);
     tpu_graph_destroy(g);
   }
+  /* a bf16 product under an f16 output: the kernel would round its f32 sum straight to
+   * f16, skipping the product's bf16 rounding, so the product runs on its own */
+  for (int scaled = 0; scaled < 2; scaled++) {
+    tpu_graph_t *g = ir_graph();
+    tpu_value_t a = ir_param(g, TPU_BF16, SHAPE(16, 24)), b = ir_param(g, TPU_BF16, SHAPE(24, 32));
+    tpu_value_t y = tpu_graph_dot_general(g, a, b, &da, TPU_BF16);
+    if (scaled) y = tpu_graph_binary(g, TPU_OP_MUL, y, splat(g, TPU_BF16, 1e-3, s));
+    CHECK_OK(tpu_graph_output(g, tpu_graph_convert(g, y, TPU_F16), NULL));
+    tpu_executable_t *on = cu_compile(g, 0);
+    if (on) CHECK(tpu_executable_num_kernels(on) == 2);
+    tpu_executable_release(on);
+    CHECK(cu_optimized_vs_plain(g, g_pool) == 0);
+    tpu_graph_destroy(g);
+  }
   tpu_graph_t *g = ir_graph();
   tpu_value_t x = tpu_graph_convert(g, ir_param(g, TPU_BF16, SHAPE(16, 33)), TPU_F32);
   const bool axis[2] = {false, true};
