@@ -126,6 +126,8 @@ tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs
 typedef struct tpu_executable_run_stats {
   uint64_t alone_runs, alone_ns;
   uint64_t helped_runs, helped_ns;
+  uint64_t shared_kernels; /* two-thread runs: kernels one thread split with the other
+                              while that one waited for it */
 } tpu_executable_run_stats_t;
 void tpu_executable_run_stats(const tpu_executable_t *exe, tpu_executable_run_stats_t *out);
 

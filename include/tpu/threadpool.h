@@ -54,6 +54,17 @@ void tpu_pool_parallel_for_helpers(tpu_pool_t *pool, int64_t n, int64_t grain, t
  * done) for a NULL pool or from inside a chunk. */
 bool tpu_pool_help(tpu_pool_t *pool, bool (*done)(void *arg), void *arg, uint64_t idle_ns,
                    int64_t *jobs_joined);
+/* Helpers of |pool| stay on their CPU: they do not move off the CPU its last job was
+ * published from (by default a helper there could only steal the poster's time). For a
+ * pool whose posters and helpers are the same threads taking turns, each on a core of its
+ * own (run_parallel.c), where that CPU goes stale as soon as the other thread posts. */
+void tpu_pool_keep_helpers_in_place(tpu_pool_t *pool);
+/* Marks the calling thread as inside a pool job (in_job) or not, and returns the mark it
+ * had. Inside a job, parallel_for and tpu_pool_help run inline (no nested parallelism in
+ * one pool). For a job's chunk that runs work on a second pool (run_parallel.c: the two
+ * threads of a graph split their kernels over a pool of their own): it clears the mark
+ * for that work and restores it after. */
+bool tpu_pool_swap_in_job(bool in_job);
 
 #ifdef __cplusplus
 }

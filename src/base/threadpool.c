@@ -12,9 +12,9 @@
  * for a wake-up (tens of microseconds on a VM), and its caller spins for the helpers'
  * last chunks instead of sleeping. A helper that finds itself on the CPU a job was
  * published from (it could only steal the caller's time) moves to another CPU until it
- * returns, or leaves if it cannot. generation, closed,
- * chunks_done and active are written under the mutex and read without it by spinning
- * threads.
+ * returns, or leaves if it cannot, unless the pool keeps its helpers in place.
+ * generation, closed, chunks_done and active are written under the mutex and read
+ * without it by spinning threads.
  */
 #include "tpu/threadpool.h"
 
@@ -39,6 +39,7 @@ struct tpu_pool {
   _Atomic uint64_t closed;       /* the last job whose caller returned, under mu */
   atomic_int helpers;            /* threads inside tpu_pool_help */
   atomic_int poster_cpu;         /* the CPU the current job's caller published it from */
+  bool helpers_in_place;         /* helpers never move off poster_cpu */
   bool stop;
   /* the current job */
   tpu_range_fn fn;
@@ -228,6 +229,16 @@ void tpu_pool_parallel_for(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn
   pthread_mutex_unlock(&p->job_mutex);
 }
 
+void tpu_pool_keep_helpers_in_place(tpu_pool_t *p) {
+  if (p) p->helpers_in_place = true;
+}
+
+bool tpu_pool_swap_in_job(bool in_job) {
+  bool was = t_in_job;
+  t_in_job = in_job;
+  return was;
+}
+
 int tpu_pool_helpers(tpu_pool_t *p) { return p ? atomic_load(&p->helpers) : 0; }
 
 void tpu_pool_parallel_for_helpers(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn,
@@ -258,6 +269,7 @@ static bool move_off(int cpu, cpu_set_t *saved) {
  * go back to its last CPU): moves it to another CPU once per tpu_pool_help call (|moved|,
  * the affinity to restore in |saved|). False: it must leave instead. */
 static bool off_poster_cpu(tpu_pool_t *p, bool *moved, cpu_set_t *saved) {
+  if (p->helpers_in_place) return true;
   int cpu = sched_getcpu();
   if (cpu < 0 || atomic_load(&p->poster_cpu) != cpu) return true;
   if (*moved || !move_off(cpu, saved)) return false;

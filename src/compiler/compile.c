@@ -976,6 +976,7 @@ void tpu_executable_run_stats(const tpu_executable_t *exe, tpu_executable_run_st
   out->alone_ns = atomic_load_explicit(&exe->run_ns[0], memory_order_relaxed);
   out->helped_runs = atomic_load_explicit(&exe->runs[1], memory_order_relaxed);
   out->helped_ns = atomic_load_explicit(&exe->run_ns[1], memory_order_relaxed);
+  out->shared_kernels = atomic_load_explicit(&exe->shared_kernels, memory_order_relaxed);
 }
 
 int tpu_executable_num_kernels(const tpu_executable_t *exe) { return exe->num_steps; }

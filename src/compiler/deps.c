@@ -210,9 +210,11 @@ static tpu_status_t add_step(deps_state_t *s, const step_t *st, int step) {
   return e;
 }
 
-/* The most elements any operand of a step has, and the multiply-adds of a dot or
- * convolution at its head (0 otherwise). */
-static void step_size(const step_t *st, int64_t *elems, int64_t *macs) {
+/* The most elements any operand of a step has, its output's elements, the ops it computes
+ * (a fused step's several) and the multiply-adds of a dot or convolution at its head (0
+ * otherwise). */
+static void step_size(const step_t *st, int64_t *elems, int64_t *out_elems, int64_t *ops,
+                      int64_t *macs) {
   int64_t most = 1;
   const view_t *out = &st->out;
   int64_t out_n = 1;
@@ -224,6 +226,8 @@ static void step_size(const step_t *st, int64_t *elems, int64_t *macs) {
     if (n > most) most = n;
   }
   *elems = most;
+  *out_elems = out_n;
+  *ops = st->kind == STEP_FUSED ? st->fused->num_ops : 1;
   *macs = 0;
   bool head = st->kind == STEP_NODE || (st->kind == STEP_FUSED && st->fused->has_head);
   if (head && st->op == TPU_OP_DOT_GENERAL) {
@@ -241,12 +245,16 @@ static void step_size(const step_t *st, int64_t *elems, int64_t *macs) {
   }
 }
 
-/* A rough time for a step on one host core, ns: a fixed cost per step, about 0.5 ns per
- * element of its largest operand, or for a dot or convolution 1/90 ns per multiply-add
- * (orders of magnitude measured on this machine's AVX512-BF16 cores with
- * bench/cached_graphs.c; they only need to rank paths through the steps). */
-static int64_t step_cost_ns(int64_t elems, int64_t macs) {
-  return 300 + (macs ? macs / 90 : elems / 2);
+/* A rough time for a step on one host core, ns: a fixed cost per step, and per element of
+ * its largest operand 0.1 ns plus 0.05 ns per op it computes; for a dot or convolution head
+ * 1/95 ns per multiply-add plus 0.1 ns per output element per op (writing the result, each
+ * epilogue op). Fitted to the GPT example's steps on this machine's AVX512-BF16 cores with
+ * bench/cached_graphs.c --steps (the small attention batches' output and epilogue costs
+ * were missing before, putting their chain on the wrong thread); they only need to rank
+ * paths through the steps. */
+static int64_t step_cost_ns(int64_t elems, int64_t out_elems, int64_t ops, int64_t macs) {
+  if (macs) return 200 + macs / 95 + out_elems * ops / 10;
+  return 200 + elems / 10 + elems * ops / 20;
 }
 
 static void state_free(deps_state_t *s) {
@@ -281,10 +289,10 @@ static tpu_status_t finish(deps_state_t *s, tpu_executable_t *exe) {
   TPU_RETURN_IF_ERROR(tpu_allocator_calloc(h, (size_t)n + 1, sizeof *cost, "deps", (void **)&cost));
   bool small = true;
   for (int i = 0; i < n; i++) {
-    int64_t elems, macs;
-    step_size(&exe->steps[i], &elems, &macs);
+    int64_t elems, out_elems, ops, macs;
+    step_size(&exe->steps[i], &elems, &out_elems, &ops, &macs);
     small = small && elems <= SMALL_STEP_ELEMS && macs <= SMALL_STEP_MACS;
-    cost[i] = step_cost_ns(elems, macs);
+    cost[i] = step_cost_ns(elems, out_elems, ops, macs);
     total += cost[i];
   }
   tpu_status_t st = tpu_schedule_build(exe, cost, &span);

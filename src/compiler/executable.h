@@ -121,6 +121,7 @@ struct tpu_executable {
    * no helper spinning in the pool, [1] with one; counted by runs of a const executable,
    * so atomic */
   _Atomic uint64_t runs[2], run_ns[2];
+  _Atomic uint64_t shared_kernels; /* run_parallel.c: kernels split with a waiting thread */
 };
 
 /* Runs one step (execute.c). */

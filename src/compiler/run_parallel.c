@@ -10,11 +10,18 @@
  * finds its step waiting on a list nobody took yet takes that list too and then runs
  * whichever list's next step can run, so a helper that never comes costs only the check.
  *
+ * The steps' kernels split their work over a second pool of the two threads' own (the
+ * one whose job this is is busy running it): a thread that waits for the other list helps
+ * with the kernel the other thread is running (a weight gradient's matmul while the chain
+ * of input gradients waits for it), instead of only spinning. Splits never change a
+ * kernel's bits, so a parallel run still gives those of a sequential one.
+ *
  * A thread that waits spins briefly and then yields its core, so a Python thread that
  * shares the machine is not starved. The first error stops both threads from starting new
  * steps; its message is carried back to the caller's thread (status messages are per
  * thread).
  */
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,6 +31,9 @@
 #include "compiler/executable.h"
 
 #define SPINS_BEFORE_YIELD 256
+/* How long a waiting thread spins in the kernels' pool for the other thread's kernels
+ * between checks that yield its core, ns. */
+#define HELP_BEFORE_YIELD_NS 50000
 
 typedef struct list_state {
   atomic_int done;  /* steps of the list finished */
@@ -36,7 +46,8 @@ typedef struct run_ctx {
   void *const *inputs;
   void *const *outputs;
   void *scratch;
-  tpu_pool_t *pool;
+  tpu_pool_t *pool;    /* the pool whose job this run is (its kernels run inline there) */
+  tpu_pool_t *kernels; /* the pool the steps' kernels split over, or NULL */
   char pad[64];
   list_state_t list[2];
   atomic_int failed; /* 0, or 1 once a step failed (the first one wrote |error|) */
@@ -64,7 +75,7 @@ static bool try_next(run_ctx_t *c, int l, int *next, bool *ok) {
   int at = (l ? d->len0 : 0) + *next;
   if (atomic_load_explicit(&c->list[1 - l].done, memory_order_acquire) < d->wait[at]) return false;
   tpu_status_t st = tpu_step_run(&c->exe->steps[d->order[at]], c->inputs, c->outputs, c->scratch,
-                                 c->pool);
+                                 c->kernels ? c->kernels : c->pool);
   if (st != TPU_OK) {
     fail(c, st);
     *ok = false;
@@ -74,9 +85,37 @@ static bool try_next(run_ctx_t *c, int l, int *next, bool *ok) {
   return true;
 }
 
+typedef struct waiting {
+  run_ctx_t *c;
+  int list; /* the other thread's list */
+  int done; /* its steps done when the wait began */
+} waiting_t;
+
+/* The wait may be over: the other list moved on, or a step failed. */
+static bool wait_over(void *arg) {
+  const waiting_t *w = arg;
+  return atomic_load_explicit(&w->c->list[w->list].done, memory_order_acquire) != w->done ||
+         atomic_load(&w->c->failed);
+}
+
+/* Helps with the kernels of the thread running list |other| (c->kernels) until it finishes a
+ * step, a step fails, or a while has passed with nothing to help with (then yields the
+ * core). */
+static void help_other(run_ctx_t *c, int other) {
+  waiting_t w = {c, other, atomic_load_explicit(&c->list[other].done, memory_order_acquire)};
+  int64_t joined = 0;
+  if (!tpu_pool_help(c->kernels, wait_over, &w, HELP_BEFORE_YIELD_NS, &joined)) sched_yield();
+  if (joined > 0) { /* counted like the runs (compile.c): heap memory, casting away const */
+    tpu_executable_t *counted = (tpu_executable_t *)c->exe;
+    atomic_fetch_add_explicit(&counted->shared_kernels, (uint64_t)joined, memory_order_relaxed);
+  }
+}
+
 static void worker(void *arg, int64_t begin, int64_t end) {
   (void)begin, (void)end;
   run_ctx_t *c = arg;
+  /* this thread runs a chunk of c->pool's job; its kernels and its help go to c->kernels */
+  bool was_in_job = c->kernels ? tpu_pool_swap_in_job(false) : true;
   const step_deps_t *d = &c->exe->deps;
   int len[2] = {d->len0, c->exe->num_steps - d->len0};
   bool mine[2] = {take(c, 0), false};
@@ -91,7 +130,16 @@ static void worker(void *arg, int64_t begin, int64_t end) {
       left = true;
       while (ok && next[l] < len[l] && try_next(c, l, &next[l], &ok)) ran = true;
     }
-    if (!left) break;
+    if (!left) { /* this thread's lists are done */
+      int other = mine[0] ? 1 : 0;
+      if (!c->kernels || mine[other] || !atomic_load(&c->list[other].taken) ||
+          atomic_load(&c->failed) ||
+          atomic_load_explicit(&c->list[other].done, memory_order_acquire) == len[other]) {
+        break;
+      }
+      help_other(c, other); /* the other thread's list is not: help until it is */
+      continue;
+    }
     if (ran) {
       idle = 0;
       continue;
@@ -100,12 +148,29 @@ static void worker(void *arg, int64_t begin, int64_t end) {
     int other = mine[0] ? 1 : 0;
     if (!mine[other] && take(c, other)) {
       mine[other] = true;
+    } else if (c->kernels) { /* the other thread has the other list */
+      help_other(c, other);
     } else if (++idle < SPINS_BEFORE_YIELD) {
       tpu_cpu_relax();
     } else {
       sched_yield();
     }
   }
+  if (c->kernels) tpu_pool_swap_in_job(was_in_job);
+}
+
+/* The pool the two threads' kernels split over: one for the process, without workers of
+ * its own (its only threads are the two of a run); NULL if it cannot be made (the kernels
+ * then run inline). */
+static tpu_pool_t *g_kernels;
+static pthread_once_t g_kernels_once = PTHREAD_ONCE_INIT;
+
+static void create_kernels_pool(void) {
+  if (tpu_pool_create(1, tpu_allocator_system(), &g_kernels) != TPU_OK) {
+    g_kernels = NULL;
+    return;
+  }
+  tpu_pool_keep_helpers_in_place(g_kernels);
 }
 
 tpu_status_t tpu_run_parallel(const tpu_executable_t *exe, void *const *inputs,
@@ -117,6 +182,8 @@ tpu_status_t tpu_run_parallel(const tpu_executable_t *exe, void *const *inputs,
   c->outputs = outputs;
   c->scratch = scratch;
   c->pool = pool;
+  pthread_once(&g_kernels_once, create_kernels_pool);
+  c->kernels = g_kernels;
   for (int l = 0; l < 2; l++) {
     atomic_init(&c->list[l].done, 0);
     atomic_init(&c->list[l].taken, 0);
