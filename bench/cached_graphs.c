@@ -10,12 +10,14 @@
  *   cc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -Isrc bench/cached_graphs.c \
  *      build/release/libtpu.a -pthread -lm -o build/cached_graphs
  *   build/cached_graphs /tmp/gpt [min nodes, default 50] [rounds, default 200] [--describe]
- *      [--helper]
- * --describe prints each executable's steps; --helper runs the graphs on a pool that a
+ *      [--steps] [--helper]
+ * --describe prints each executable's steps; --steps times each step on its own and prints
+ * their sum, the longest chain of dependent steps, what the two-thread schedule would take
+ * with those times, and the slowest steps; --helper runs the graphs on a pool that a
  * second thread helps, spinning in tpu_pool_help as a thread waiting in
  * tpu_stream_synchronize does (how much of a graph two cores share: the two-thread
- * schedule of the executables that have one, src/compiler/schedule.c, and the kernels'
- * own splits in the others).
+ * schedule of the executables that have one, src/compiler/schedule.c, with the kernels a
+ * waiting thread shares, run_parallel.c, and the kernels' own splits in the others).
  *
  * Inputs: floats in [-1, 1), integers 0..6 (in range for the example's gathers), bools
  * alternating. Outputs that an entry's alias table ties to a parameter are written in
@@ -23,13 +25,12 @@
  * is not checked): this is a measuring tool, not the cache.
  */
 #include <dirent.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_util.h"
+#include "compiler/executable.h"
 #include "tpu/compiler.h"
 #include "tpu/ir.h"
 
@@ -112,29 +113,121 @@ static void fill(void *p, tpu_dtype_t dtype, size_t bytes, uint64_t seed) {
   }
 }
 
-/* --helper: a second thread lends itself to the pool while the runs are timed, as a
- * thread waiting in tpu_stream_synchronize does */
+/* --helper: a second thread lends itself to the pool (g_pool) while the runs are timed, as
+ * a thread waiting in tpu_stream_synchronize does */
 static tpu_pool_t *g_pool;
-static atomic_bool g_stop;
-
-static bool stopped(void *arg) {
-  (void)arg;
-  return atomic_load(&g_stop);
-}
-
-static void *helper_main(void *arg) {
-  (void)arg;
-  while (!atomic_load(&g_stop)) tpu_pool_help(g_pool, stopped, NULL, 1000 * 1000 * 1000, NULL);
-  return NULL;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
+/* The makespan of |exe|'s two-thread schedule (executable.h's deps.order and deps.wait) if
+ * its steps took |us| each and a wait across threads cost |cross_us|. */
+static double schedule_makespan(const tpu_executable_t *exe, const double *us, double cross_us) {
+  const step_deps_t *d = &exe->deps;
+  int len[2] = {d->len0, exe->num_steps - d->len0}, next[2] = {0, 0};
+  double *done_at = calloc((size_t)exe->num_steps + 1, sizeof *done_at); /* by position */
+  double clock[2] = {0, 0};
+  while (next[0] < len[0] || next[1] < len[1]) {
+    bool moved = false;
+    for (int l = 0; l < 2; l++) {
+      if (next[l] == len[l]) continue;
+      int at = (l ? d->len0 : 0) + next[l], w = d->wait[at];
+      if (w > next[1 - l]) continue; /* the other list has not got there yet */
+      double start = clock[l];
+      if (w > 0) {
+        double ready = done_at[(l ? 0 : d->len0) + w - 1] + cross_us;
+        if (ready > start) start = ready;
+      }
+      clock[l] = done_at[at] = start + us[d->order[at]];
+      next[l]++;
+      moved = true;
+    }
+    if (!moved) break; /* cannot happen: schedule.c's lists never deadlock */
+  }
+  free(done_at);
+  return clock[0] > clock[1] ? clock[0] : clock[1];
+}
+
+typedef struct step_time {
+  double us; /* best of the rounds */
+  int index;
+} step_time_t;
+
+static int cmp_step_time(const void *a, const void *b) {
+  double x = ((const step_time_t *)a)->us, y = ((const step_time_t *)b)->us;
+  return (x < y) - (x > y);
+}
+
+/* --steps: times each step of |exe| on its own (best of |rounds|, in program order so every
+ * step reads what the steps before it wrote; with --helper its kernel may split across the
+ * helper); prints their sum, the longest chain of dependent steps, the makespan of the
+ * two-thread schedule with these times, and the slowest steps with their lines of the
+ * executable's description. */
+static void time_steps(const tpu_executable_t *exe, void *const *in, void *const *out,
+                       void *scratch, int rounds) {
+  int n = exe->num_steps;
+  step_time_t *t = calloc((size_t)n, sizeof *t);
+  for (int i = 0; i < n; i++) t[i] = (step_time_t){1e30, i};
+  for (int r = 0; r < rounds; r++) {
+    for (int i = 0; i < n; i++) {
+      double t0 = bench_now_s();
+      if (tpu_step_run(&exe->steps[i], in, out, scratch, g_pool) != TPU_OK) {
+        fprintf(stderr, "step %d: %s\n", i, tpu_status_message());
+        free(t);
+        return;
+      }
+      double us = (bench_now_s() - t0) * 1e6;
+      if (us < t[i].us) t[i].us = us;
+    }
+  }
+  char *text = NULL;
+  if (tpu_executable_describe(exe, tpu_allocator_system(), &text, NULL) != TPU_OK) text = NULL;
+  char **line = calloc((size_t)n, sizeof *line);
+  for (char *p = text, *end; p && *p; p = end ? end + 1 : NULL) {
+    end = strchr(p, '\n');
+    if (end) *end = '\0';
+    int i = atoi(p);
+    if (i >= 0 && i < n && strchr(p, ':')) line[i] = p;
+    if (!end) break;
+  }
+  /* the longest chain of dependent steps (deps.h: a step's successors come after it) */
+  double sum = 0, longest = 0;
+  double *finish = calloc((size_t)n, sizeof *finish);
+  for (int i = 0; i < n; i++) {
+    sum += t[i].us;
+    finish[i] += t[i].us;
+    if (finish[i] > longest) longest = finish[i];
+    for (int e = exe->deps.succ_start[i]; e < exe->deps.succ_start[i + 1]; e++) {
+      int j = exe->deps.succ[e];
+      if (finish[i] > finish[j]) finish[j] = finish[i];
+    }
+  }
+  free(finish);
+  printf("steps timed one at a time%s: %.1f us in all, %.1f us on the longest chain of "
+         "dependent steps (the bound of any two-thread schedule without split kernels)\n",
+         g_pool ? " (kernels split with the helper)" : "", sum, longest);
+  if (exe->deps.order) {
+    double *us = calloc((size_t)n, sizeof *us);
+    for (int i = 0; i < n; i++) us[i] = t[i].us; /* t is still in step order */
+    printf("its two-thread schedule (%s) with these times: %.1f us, %.1f us with 3 us per wait "
+           "across threads\n", exe->parallel ? "used" : "not used", schedule_makespan(exe, us, 0),
+           schedule_makespan(exe, us, 3));
+    free(us);
+  }
+  qsort(t, (size_t)n, sizeof *t, cmp_step_time);
+  printf("the slowest steps:\n");
+  for (int i = 0; i < n && i < 40; i++) {
+    printf("%8.1f us  %s\n", t[i].us, line[t[i].index] ? line[t[i].index] : "");
+  }
+  free(line);
+  free(text);
+  free(t);
+}
+
 /* Compiles and times one entry; prints its line. */
-static void time_entry(const char *name, entry_t *e, int rounds, bool describe) {
+static void time_entry(const char *name, entry_t *e, int rounds, bool describe, bool steps) {
   tpu_executable_t *exe = NULL;
   if (tpu_compile(e->graph, &e->options, tpu_allocator_system(), &exe) != TPU_OK) {
     fprintf(stderr, "%s: %s\n", name, tpu_status_message());
@@ -181,6 +274,7 @@ static void time_entry(const char *name, entry_t *e, int rounds, bool describe) 
     printf("%-22s %6d %6d %6d %7d %9.1f %9.1f\n", name, tpu_graph_num_nodes(e->graph),
            tpu_executable_num_steps(exe), tpu_executable_num_fused(exe),
            tpu_executable_num_kernels(exe), t[0], t[rounds / 2]);
+    if (steps) time_steps(exe, in, out, scratch, rounds);
   }
   if (describe) {
     char *text = NULL;
@@ -203,19 +297,20 @@ static void time_entry(const char *name, entry_t *e, int rounds, bool describe) 
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s CACHE_DIR [min nodes] [rounds] [--describe]\n", argv[0]);
+    fprintf(stderr, "usage: %s CACHE_DIR [min nodes] [rounds] [--describe] [--steps] [--helper]\n", argv[0]);
     return 2;
   }
   int min_nodes = argc > 2 ? atoi(argv[2]) : 50, rounds = argc > 3 ? atoi(argv[3]) : 200;
-  bool describe = false, helper = false;
+  bool describe = false, helper = false, steps = false;
   for (int i = 4; i < argc; i++) {
     describe |= !strcmp(argv[i], "--describe");
+    steps |= !strcmp(argv[i], "--steps");
     helper |= !strcmp(argv[i], "--helper");
   }
-  pthread_t helper_thread;
-  if (helper) {
-    if (tpu_pool_create(1, tpu_allocator_system(), &g_pool) != TPU_OK) return 1;
-    pthread_create(&helper_thread, NULL, helper_main, NULL);
+  bench_helper_t helper_thread;
+  if (helper && (tpu_pool_create(1, tpu_allocator_system(), &g_pool) != TPU_OK ||
+                 !bench_helper_start(&helper_thread, g_pool))) {
+    return 1;
   }
   if (rounds < 1) rounds = 1;
   DIR *dir = opendir(argv[1]);
@@ -233,14 +328,13 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/%s", argv[1], d->d_name);
     entry_t e;
     if (!read_entry(path, &e)) continue;
-    if (tpu_graph_num_nodes(e.graph) >= min_nodes) time_entry(d->d_name, &e, rounds, describe);
+    if (tpu_graph_num_nodes(e.graph) >= min_nodes) time_entry(d->d_name, &e, rounds, describe, steps);
     tpu_graph_destroy(e.graph);
     free(e.alias);
   }
   closedir(dir);
   if (helper) {
-    atomic_store(&g_stop, true);
-    pthread_join(helper_thread, NULL);
+    bench_helper_stop(&helper_thread);
     tpu_pool_destroy(g_pool);
   }
   return 0;
