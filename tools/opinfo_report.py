@@ -1,7 +1,7 @@
 """Runs every OpInfo of PyTorch's op_db on tpu (float32 and bfloat16 samples) against CPU
 and prints passed / failed / skipped, plus how many passing ops ran fully natively.
 
-Run:  .venv/bin/python tools/opinfo_report.py [--dtypes float32,bfloat16] [--limit N]
+Run:  .venv/bin/python tools/opinfo_report.py [--dtypes float32,bfloat16] [--start N] [--limit N]
       [--verbose] (each failure) [--fallbacks] (the ops each passing OpInfo sent to the CPU)
       [--compile] (float32 only: each sample through torch.compile(backend="tpu"), without
       and with grad, the gradients too; see test_compile_opinfo.py)
@@ -30,7 +30,9 @@ RANDOM = ("bernoulli", "normal", "uniform", "rand", "multinomial", "dropout", "e
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="float32")
-    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--start", type=int, default=0,
+                        help="skip the first N OpInfos (to split a long run)")
+    parser.add_argument("--limit", type=int, default=0, help="run at most N OpInfos")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--trace", action="store_true", help="print each op before running it")
     parser.add_argument("--compile", action="store_true",
@@ -43,7 +45,8 @@ def main() -> None:
     dtypes = [torch.float32] if args.compile else [getattr(torch, d) for d in args.dtypes.split(",")]
     counts = {"passed": 0, "failed": 0, "skipped": 0, "native": 0}
     start = time.time()
-    ops = op_db[: args.limit] if args.limit else op_db
+    ops = op_db[args.start:]
+    ops = ops[: args.limit] if args.limit else ops
     for op in ops:
         name = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
         for dtype in dtypes:
@@ -74,7 +77,7 @@ def main() -> None:
                 counts["native"] += 1
             elif args.fallbacks:
                 print(f"FALLBACK {name} {dtype}: {' '.join(sorted(fell_back))}")
-    print(f"op_db: {len(ops)} OpInfos x {len(dtypes)} dtypes in {time.time() - start:.0f} s")
+    print(f"op_db[{args.start}:{args.start + len(ops)}]: {len(ops)} OpInfos x {len(dtypes)} dtypes in {time.time() - start:.0f} s")
     print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
           f"({counts['native']} of the passed ran with no CPU fallback)")
 
