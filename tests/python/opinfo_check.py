@@ -119,7 +119,14 @@ def run_sample_compiled(op, sample, index):
             assert len(got_out) == len(want_out), "outputs that require grad differ"
             gen = torch.Generator().manual_seed(index)
             cotangents = [torch.randn(t.shape, generator=gen, dtype=t.dtype) for t in want_out]
-            want_grads = torch.autograd.grad(want_out, want_in, cotangents, allow_unused=True)
+            try:
+                want_grads = torch.autograd.grad(want_out, want_in, cotangents, allow_unused=True)
+            except RuntimeError as e:
+                # the CPU refuses this cotangent as ill-defined (linalg.eig's loss depends on
+                # the eigenvectors' free phases): no gradient to compare with
+                if "ill-defined" in str(e):
+                    return len(tc._seen) > captures
+                raise
             got_grads = torch.autograd.grad(got_out, got_in, [c.to("tpu") for c in cotangents],
                                             allow_unused=True)
             atol, rtol = GRAD_TOLERANCE.get(op.name, (1e-4, 1e-4))
