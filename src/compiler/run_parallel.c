@@ -10,8 +10,8 @@
  * finds its step waiting on a list nobody took yet takes that list too and then runs
  * whichever list's next step can run, so a helper that never comes costs only the check.
  *
- * The steps' kernels split their work over a second pool of the two threads' own (the
- * one whose job this is is busy running it): a thread that waits for the other list helps
+ * The steps' kernels split their work over a second pool, the run's own (the one whose
+ * job this is is busy running it): a thread that waits for the other list helps
  * with the kernel the other thread is running (a weight gradient's matmul while the chain
  * of input gradients waits for it), instead of only spinning. Splits never change a
  * kernel's bits, so a parallel run still gives those of a sequential one.
@@ -21,7 +21,6 @@
  * steps; its message is carried back to the caller's thread (status messages are per
  * thread).
  */
-#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -159,20 +158,6 @@ static void worker(void *arg, int64_t begin, int64_t end) {
   if (c->kernels) tpu_pool_swap_in_job(was_in_job);
 }
 
-/* The pool the two threads' kernels split over: one for the process, without workers of
- * its own (its only threads are the two of a run); NULL if it cannot be made (the kernels
- * then run inline). */
-static tpu_pool_t *g_kernels;
-static pthread_once_t g_kernels_once = PTHREAD_ONCE_INIT;
-
-static void create_kernels_pool(void) {
-  if (tpu_pool_create(1, tpu_allocator_system(), &g_kernels) != TPU_OK) {
-    g_kernels = NULL;
-    return;
-  }
-  tpu_pool_keep_helpers_in_place(g_kernels);
-}
-
 tpu_status_t tpu_run_parallel(const tpu_executable_t *exe, void *const *inputs,
                               void *const *outputs, void *scratch, tpu_pool_t *pool) {
   run_ctx_t *c = NULL;
@@ -182,8 +167,13 @@ tpu_status_t tpu_run_parallel(const tpu_executable_t *exe, void *const *inputs,
   c->outputs = outputs;
   c->scratch = scratch;
   c->pool = pool;
-  pthread_once(&g_kernels_once, create_kernels_pool);
-  c->kernels = g_kernels;
+  /* the pool the two threads' kernels split over, the run's own (no workers: its only
+   * threads are the two of the run); without one the kernels run inline */
+  if (tpu_pool_create(1, exe->host, &c->kernels) == TPU_OK) {
+    tpu_pool_keep_helpers_in_place(c->kernels);
+  } else {
+    c->kernels = NULL;
+  }
   for (int l = 0; l < 2; l++) {
     atomic_init(&c->list[l].done, 0);
     atomic_init(&c->list[l].taken, 0);
@@ -192,6 +182,7 @@ tpu_status_t tpu_run_parallel(const tpu_executable_t *exe, void *const *inputs,
   tpu_pool_parallel_for_helpers(pool, 2, 1, worker, c);
   tpu_status_t st = TPU_OK;
   if (atomic_load(&c->failed)) st = tpu_status_set(c->error, "%s", c->message);
+  tpu_pool_destroy(c->kernels); /* both threads have left it: the job above is over */
   tpu_allocator_free(exe->host, c);
   return st;
 }
