@@ -13,6 +13,8 @@
  *         for jr over the nc block by nr    (A block mc x kc stays in L2)
  *           for ir over the mc block by mr: micro-kernel on an (mr, nr) tile of C
  *
+ * With one helper (a thread waiting in synchronize) and one batch, the two threads instead
+ * claim parts of C and pack privately what each part reads (see "private packing").
  * An operand whose batch stride is 0 (the same matrix in every batch, e.g. a conv kernel
  * over images) is packed once. C tiles go straight to the output when it is f32 with unit
  * column stride; otherwise a task accumulates into an f32 scratch tile and rounds it once
@@ -282,8 +284,10 @@ static const void *elem_ptr(const tpu_gemm_matrix_t *m, int64_t off) {
   return (const char *)m->data + off * (int64_t)tpu_dtype_size(m->dtype);
 }
 
-/* Packs the k range [kb, ke) of panel |panel| of A (is_a) or B for local batch |bl|. */
-static void pack_one(gemm_ctx *x, bool is_a, int64_t bl, int64_t panel, int64_t kb, int64_t ke) {
+/* Packs the k range [kb, ke) of panel |panel| of A (is_a) or B for local batch |bl| into
+ * the operand's packed panels at |base| (the batch's). */
+static void pack_one(const gemm_ctx *x, char *base, bool is_a, int64_t bl, int64_t panel,
+                     int64_t kb, int64_t ke) {
   const tpu_gemm_t *g = x->g;
   const tpu_gemm_kernel_t *kern = x->kern;
   const tpu_gemm_matrix_t *m = is_a ? &g->a : &g->b;
@@ -295,28 +299,32 @@ static void pack_one(gemm_ctx *x, bool is_a, int64_t bl, int64_t panel, int64_t 
   src.k = is_a ? &g->a.cols : &g->b.rows;
   src.num_passes = x->passes;
   src.comp = g->plan.mode == TPU_MXU_BF16 ? (is_a ? g->plan.a_comp : g->plan.b_comp) : NULL;
-  char *dst = (is_a ? x->apk + (size_t)bl * x->a_bytes : x->bpk + (size_t)bl * x->b_bytes) +
-              (size_t)panel * (size_t)x->ksteps * (size_t)width * 4;
+  char *dst = base + (size_t)panel * (size_t)x->ksteps * (size_t)width * 4;
   int64_t w0 = panel * width;
   if (kern->pack_panel && kern->pack_panel(&src, w0, width, x->kpass, kb, ke, dst)) return;
   tpu_gemm_pack_panel(kern->format, &src, w0, width, x->kpass, kb, ke, dst);
 }
 
-/* The k range [kb, ke) of every panel of A or B at once, along whole source rows. */
-static bool pack_rows(gemm_ctx *x, bool is_a, int64_t bl, int64_t kb, int64_t ke) {
+/* The k range [kb, ke) of panels [p0, p1) of A or B at once, along whole source rows, into
+ * the operand's packed panels at |base| (the batch's); false when the packer does not apply
+ * (nothing written). */
+static bool pack_rows(const gemm_ctx *x, char *base, bool is_a, int64_t bl, int64_t p0,
+                      int64_t p1, int64_t kb, int64_t ke) {
   const tpu_gemm_t *g = x->g;
   const tpu_gemm_matrix_t *m = is_a ? &g->a : &g->b;
   int width = is_a ? x->kern->mr : x->kern->nr;
+  const tpu_gemm_axis_t *w = is_a ? &g->a.rows : &g->b.cols;
+  tpu_gemm_axis_t part = {w->size - p0 * width, w->stride, NULL}; /* from panel p0 on */
+  if (p0 > 0 && w->offsets) return false;
   tpu_gemm_panel_src_t src;
-  src.data = elem_ptr(m, boff(m, x->b0 + bl));
+  src.data = elem_ptr(m, boff(m, x->b0 + bl) + p0 * width * w->stride);
   src.dtype = m->dtype;
-  src.w = is_a ? &g->a.rows : &g->b.cols;
+  src.w = p0 > 0 ? &part : w;
   src.k = is_a ? &g->a.cols : &g->b.rows;
   src.num_passes = x->passes;
   src.comp = g->plan.mode == TPU_MXU_BF16 ? (is_a ? g->plan.a_comp : g->plan.b_comp) : NULL;
-  char *dst = is_a ? x->apk + (size_t)bl * x->a_bytes : x->bpk + (size_t)bl * x->b_bytes;
-  return x->kern->pack_rows(&src, width, is_a ? x->mpanels : x->npanels, x->kpass, kb, ke, dst,
-                            x->ksteps * width);
+  char *dst = base + (size_t)p0 * (size_t)x->ksteps * (size_t)width * 4;
+  return x->kern->pack_rows(&src, width, p1 - p0, x->kpass, kb, ke, dst, x->ksteps * width);
 }
 
 static bool w_unit(const tpu_gemm_axis_t *ax) { return !ax->offsets && ax->stride == 1; }
@@ -333,14 +341,15 @@ static void pack_slot(void *arg, int64_t begin, int64_t end) {
     int64_t j = is_a ? it : it - x->pack_na * x->a_items;
     int64_t per = is_a ? x->a_items : x->b_items;
     int64_t bl = j / per, r = j % per;
+    char *base = is_a ? x->apk + (size_t)bl * x->a_bytes : x->bpk + (size_t)bl * x->b_bytes;
     if (!(is_a ? x->a_by_k : x->b_by_k)) {
-      pack_one(x, is_a, bl, r, 0, x->kpass);
+      pack_one(x, base, is_a, bl, r, 0, x->kpass);
       continue;
     }
     int64_t kb = r * kPackChunk, ke = kb + kPackChunk < x->kpass ? kb + kPackChunk : x->kpass;
     int64_t panels = is_a ? x->mpanels : x->npanels;
-    if (x->kern->pack_rows && pack_rows(x, is_a, bl, kb, ke)) continue;
-    for (int64_t panel = 0; panel < panels; panel++) pack_one(x, is_a, bl, panel, kb, ke);
+    if (x->kern->pack_rows && pack_rows(x, base, is_a, bl, 0, panels, kb, ke)) continue;
+    for (int64_t panel = 0; panel < panels; panel++) pack_one(x, base, is_a, bl, panel, kb, ke);
   }
 }
 
@@ -371,26 +380,24 @@ static void store_tile(const tpu_gemm_t *g, int64_t b, int64_t i0, int64_t j0, i
   }
 }
 
-static void run_task(gemm_ctx *x, int64_t task, float *scratch) {
+/* C block rows [i0, i0 + mcur) x cols [j0, j0 + ncur) (multiples of mr and nr from 0) of
+ * local batch |bl|, from the batch's packed panels at |ab| and |bb|; |scratch|: an (mc, nc)
+ * f32 tile when C is not written directly. */
+static void run_block(const gemm_ctx *x, const char *ab, const char *bb, int64_t bl, int64_t i0,
+                      int64_t j0, int64_t mcur, int64_t ncur, float *scratch) {
   const tpu_gemm_t *g = x->g;
   const tpu_gemm_kernel_t *kern = x->kern;
   const int mr = kern->mr, nr = kern->nr;
-  int64_t ic = task % x->nic, rest = task / x->nic;
-  int64_t jc = rest % x->njc, bl = rest / x->njc, b = x->b0 + bl;
-  int64_t i0 = ic * x->mc, j0 = jc * x->nc;
-  int64_t mcur = x->M - i0 < x->mc ? x->M - i0 : x->mc;
-  int64_t ncur = x->N - j0 < x->nc ? x->N - j0 : x->nc;
+  int64_t b = x->b0 + bl;
   float *cbase;
   int64_t ldc;
   if (x->direct) {
     ldc = g->c.rows.stride;
     cbase = (float *)g->c.data + boff(&g->c, b) + i0 * ldc + j0;
   } else {
-    ldc = x->nc;
+    ldc = ncur;
     cbase = scratch;
   }
-  const char *ab = x->apk + (x->a_shared ? 0 : (size_t)bl * x->a_bytes);
-  const char *bb = x->bpk + (x->b_shared ? 0 : (size_t)bl * x->b_bytes);
   float edge[GEMM_MAX_WIDTH * GEMM_MAX_WIDTH]; /* (mr, nr), row stride nr */
   memset(edge, 0, (size_t)mr * (size_t)nr * sizeof(float));
   for (int64_t pc = 0; pc < x->ksteps; pc += kern->kc) {
@@ -420,6 +427,17 @@ static void run_task(gemm_ctx *x, int64_t task, float *scratch) {
   if (!x->direct) store_tile(g, b, i0, j0, mcur, ncur, scratch, ldc);
 }
 
+static void run_task(gemm_ctx *x, int64_t task, float *scratch) {
+  int64_t ic = task % x->nic, rest = task / x->nic;
+  int64_t jc = rest % x->njc, bl = rest / x->njc;
+  int64_t i0 = ic * x->mc, j0 = jc * x->nc;
+  int64_t mcur = x->M - i0 < x->mc ? x->M - i0 : x->mc;
+  int64_t ncur = x->N - j0 < x->nc ? x->N - j0 : x->nc;
+  const char *ab = x->apk + (x->a_shared ? 0 : (size_t)bl * x->a_bytes);
+  const char *bb = x->bpk + (x->b_shared ? 0 : (size_t)bl * x->b_bytes);
+  run_block(x, ab, bb, bl, i0, j0, mcur, ncur, scratch);
+}
+
 /* One worker slot (begin = slot index): claims tasks until none are left. */
 static void compute_slot(void *arg, int64_t begin, int64_t end) {
   gemm_ctx *x = arg;
@@ -430,6 +448,107 @@ static void compute_slot(void *arg, int64_t begin, int64_t end) {
     if (t >= x->ntasks) break;
     run_task(x, t, scratch);
   }
+}
+
+/* ---- private packing: a thread and one helper --------------------------------------------- */
+
+/* With one helper and one batch, C is cut into parts along N (the columns of B; A is
+ * packed whole by each thread) or along M when B is the cheaper operand to pack twice. The
+ * two threads claim parts one at a time; each packs what a part reads into its own
+ * thread's workspace (the whole other operand once, on its first part) and computes the
+ * part's blocks. Nothing packed is shared: sharing packed panels made each split GEMM move
+ * them between the cores' caches every call (a panel one core packed the other read, and
+ * rewrote on the next call), which cost packing 3-4x its one-thread time. Claimed parts,
+ * not halves, so that a helper that joins late still takes some. Same blocks, same bits. */
+typedef struct private_parts {
+  const gemm_ctx *x;
+  bool along_n;      /* parts of B's panels (else of A's) */
+  int64_t parts;
+  size_t a_bytes, b_bytes, bytes; /* aligned packed A and B, and the whole workspace */
+  atomic_int_fast64_t next_part;
+  atomic_bool failed;
+} private_parts_t;
+
+/* Packs panels [p0, p1) of A (is_a) or B, all of K, into |base|. */
+static void pack_panels(const gemm_ctx *x, char *base, bool is_a, int64_t p0, int64_t p1) {
+  if (p0 >= p1) return;
+  if ((is_a ? x->a_by_k : x->b_by_k) && x->kern->pack_rows &&
+      pack_rows(x, base, is_a, 0, p0, p1, 0, x->kpass)) {
+    return;
+  }
+  for (int64_t p = p0; p < p1; p++) pack_one(x, base, is_a, 0, p, 0, x->kpass);
+}
+
+/* Packs and computes part |part| with the thread's packed panels at |apk| and |bpk|. */
+static void run_part(const private_parts_t *h, int64_t part, char *apk, char *bpk,
+                     float *scratch) {
+  const gemm_ctx *x = h->x;
+  const tpu_gemm_kernel_t *kern = x->kern;
+  int64_t panels = h->along_n ? x->npanels : x->mpanels;
+  int64_t q0 = part * panels / h->parts, q1 = (part + 1) * panels / h->parts;
+  pack_panels(x, h->along_n ? bpk : apk, !h->along_n, q0, q1);
+  int64_t i_lo = 0, i_hi = x->M, j_lo = 0, j_hi = x->N;
+  if (h->along_n) {
+    j_lo = q0 * kern->nr;
+    j_hi = q1 * kern->nr < x->N ? q1 * kern->nr : x->N;
+  } else {
+    i_lo = q0 * kern->mr;
+    i_hi = q1 * kern->mr < x->M ? q1 * kern->mr : x->M;
+  }
+  for (int64_t i0 = i_lo; i0 < i_hi; i0 += kern->mc) {
+    for (int64_t j0 = j_lo; j0 < j_hi; j0 += kern->nc) {
+      int64_t mcur = i_hi - i0 < kern->mc ? i_hi - i0 : kern->mc;
+      int64_t ncur = j_hi - j0 < kern->nc ? j_hi - j0 : kern->nc;
+      run_block(x, apk, bpk, 0, i0, j0, mcur, ncur, scratch);
+    }
+  }
+}
+
+/* One thread's share: parts claimed until none are left. */
+static void private_slot(void *arg, int64_t begin, int64_t end) {
+  (void)begin, (void)end;
+  private_parts_t *h = arg;
+  const gemm_ctx *x = h->x;
+  tpu_gemm_ws_t *cache = NULL;
+  char *ws = NULL;
+  for (;;) {
+    int64_t part = atomic_fetch_add(&h->next_part, 1);
+    if (part >= h->parts) break;
+    if (!ws) { /* the first part: the workspace, and the operand every part reads */
+      ws = tpu_gemm_workspace_get(h->bytes, &cache);
+      if (!ws) {
+        atomic_store(&h->failed, true);
+        return;
+      }
+      if (h->along_n) pack_panels(x, ws, true, 0, x->mpanels);
+      else pack_panels(x, ws + h->a_bytes, false, 0, x->npanels);
+    }
+    run_part(h, part, ws, ws + h->a_bytes,
+             x->direct ? NULL : (float *)(ws + h->a_bytes + h->b_bytes));
+  }
+  if (ws) tpu_gemm_workspace_put(ws, cache);
+}
+
+static tpu_status_t run_private(const gemm_ctx *x, const tpu_gemm_team_t *team, size_t a_bytes,
+                                size_t b_bytes) {
+  private_parts_t h = {.x = x};
+  /* pack the cheaper operand twice; parts need panels to cut */
+  h.along_n = x->npanels >= 2 && (x->M <= x->N || x->mpanels < 2);
+  int64_t panels = h.along_n ? x->npanels : x->mpanels;
+  h.parts = panels < 8 ? panels : 8;
+  size_t sbytes = x->direct ? 0 : (size_t)x->kern->mc * (size_t)x->kern->nc * 4;
+  if (!tpu_size_align_up(a_bytes, 64, &h.a_bytes) || !tpu_size_align_up(b_bytes, 64, &h.b_bytes) ||
+      !tpu_size_add(h.a_bytes, h.b_bytes, &h.bytes) || !tpu_size_add(h.bytes, sbytes, &h.bytes)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: workspace overflows", x->g->what);
+  }
+  atomic_init(&h.next_part, 0);
+  atomic_init(&h.failed, false);
+  tpu_gemm_team_for(team, 2, 1, private_slot, &h);
+  if (atomic_load(&h.failed)) {
+    return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s: no host memory for %zu bytes of packed "
+                          "operands", x->g->what, h.bytes);
+  }
+  return TPU_OK;
 }
 
 /* ---- workspace: packed panels and C tiles, kept per calling thread ------------------------ */
@@ -682,6 +801,20 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
   }
   x.direct =
       g->c.dtype == TPU_F32 && !g->c.cols.offsets && g->c.cols.stride == 1 && !g->c.rows.offsets;
+  tpu_gemm_panel_src_t asrc = {NULL, g->a.dtype, &g->a.rows, &g->a.cols, 1, NULL};
+  tpu_gemm_panel_src_t bsrc = {NULL, g->b.dtype, &g->b.cols, &g->b.rows, 1, NULL};
+  /* an operand read along its rows goes k chunk by k chunk when there are several chunks
+   * to share, or when it is contiguous along w (the whole-row packer then sweeps each
+   * source row once, instead of a short strided read per panel) */
+  int64_t kchunks = (x.kpass + kPackChunk - 1) / kPackChunk;
+  x.a_by_k = tpu_gemm_panel_reads_rows(&asrc) && (kchunks > 1 || w_unit(&g->a.rows));
+  x.b_by_k = tpu_gemm_panel_reads_rows(&bsrc) && (kchunks > 1 || w_unit(&g->b.cols));
+  x.a_items = x.a_by_k ? kchunks : x.mpanels;
+  x.b_items = x.b_by_k ? kchunks : x.npanels;
+  if (team.helpers_only && slots == 2 && g->c.batch.size == 1 &&
+      (x.mpanels >= 2 || x.npanels >= 2)) {
+    return run_private(&x, &team, abytes, bbytes);
+  }
   size_t sbytes = x.direct ? 0 : (size_t)slots * (size_t)kern->mc * (size_t)kern->nc * 4;
   size_t total;
   if (!tpu_size_align_up(abytes, 64, &abytes) || !tpu_size_align_up(bbytes, 64, &bbytes) ||
@@ -699,16 +832,6 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
   x.apk = ws;
   x.bpk = ws + abytes;
   x.scratch = sbytes ? (float *)(ws + abytes + bbytes) : NULL;
-  tpu_gemm_panel_src_t asrc = {NULL, g->a.dtype, &g->a.rows, &g->a.cols, 1, NULL};
-  tpu_gemm_panel_src_t bsrc = {NULL, g->b.dtype, &g->b.cols, &g->b.rows, 1, NULL};
-  /* an operand read along its rows goes k chunk by k chunk when there are several chunks
-   * to share, or when it is contiguous along w (the whole-row packer then sweeps each
-   * source row once, instead of a short strided read per panel) */
-  int64_t kchunks = (x.kpass + kPackChunk - 1) / kPackChunk;
-  x.a_by_k = tpu_gemm_panel_reads_rows(&asrc) && (kchunks > 1 || w_unit(&g->a.rows));
-  x.b_by_k = tpu_gemm_panel_reads_rows(&bsrc) && (kchunks > 1 || w_unit(&g->b.cols));
-  x.a_items = x.a_by_k ? kchunks : x.mpanels;
-  x.b_items = x.b_by_k ? kchunks : x.npanels;
   task_grid(&x, group, slots);
   for (int64_t b0 = 0; b0 < g->c.batch.size; b0 += group) {
     x.b0 = b0;
