@@ -1,18 +1,14 @@
 /* bench_util.h: the helpers the C kernel benchmarks share: a monotonic clock, a tpu_buf_t
- * view builder, the best-of-rounds timer for a numbered case, the same timer written in
- * Python for the PyTorch column (torch_reference.h), and a second thread that helps a pool
- * as a thread waiting in tpu_stream_synchronize does. Header-only: each benchmark is one
+ * view builder, the best-of-rounds timer for a numbered case, and the same timer written
+ * in Python for the PyTorch column (torch_reference.h). Header-only: each benchmark is one
  * translation unit built by the command in its header. */
 #ifndef TPU_BENCH_BENCH_UTIL_H
 #define TPU_BENCH_BENCH_UTIL_H
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 
 #include "tpu/kernels.h"
-#include "tpu/threadpool.h"
 
 /* Seconds on the monotonic clock. */
 static inline double bench_now_s(void) {
@@ -67,37 +63,5 @@ static inline double bench_case_us(bench_case_fn fn, int index, void *ctx, const
   "    for _ in range(" #calls "): f()\n"                    \
   "    best=min(best,(time.perf_counter()-t)/" #calls ")\n" \
   "  print(best*1e6)\n"
-
-/* A thread lent to a pool: it spins in tpu_pool_help, running chunks of the pool's jobs,
- * from bench_helper_start until bench_helper_stop. */
-typedef struct bench_helper {
-  tpu_pool_t *pool;
-  atomic_bool stop;
-  pthread_t thread;
-} bench_helper_t;
-
-static inline bool bench_helper_stopped(void *arg) {
-  return atomic_load(&((bench_helper_t *)arg)->stop);
-}
-
-static inline void *bench_helper_main(void *arg) {
-  bench_helper_t *h = arg;
-  while (!atomic_load(&h->stop)) {
-    tpu_pool_help(h->pool, bench_helper_stopped, h, 1000 * 1000 * 1000, NULL);
-  }
-  return NULL;
-}
-
-/* Starts the helper of |pool|; false if the thread cannot start. */
-static inline bool bench_helper_start(bench_helper_t *h, tpu_pool_t *pool) {
-  h->pool = pool;
-  atomic_init(&h->stop, false);
-  return pthread_create(&h->thread, NULL, bench_helper_main, h) == 0;
-}
-
-static inline void bench_helper_stop(bench_helper_t *h) {
-  atomic_store(&h->stop, true);
-  pthread_join(h->thread, NULL);
-}
 
 #endif /* TPU_BENCH_BENCH_UTIL_H */

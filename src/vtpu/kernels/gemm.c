@@ -329,6 +329,19 @@ static bool pack_rows(const gemm_ctx *x, char *base, bool is_a, int64_t bl, int6
 
 static bool w_unit(const tpu_gemm_axis_t *ax) { return !ax->offsets && ax->stride == 1; }
 
+/* Packs the k range [kb, ke) of panels [p0, p1) of A (is_a) or B for local batch |bl|
+ * into |base| (the batch's packed panels): along whole source rows when the operand is
+ * packed k chunk by k chunk and the packer applies, else panel by panel. */
+static void pack_panels(const gemm_ctx *x, char *base, bool is_a, int64_t bl, int64_t p0,
+                        int64_t p1, int64_t kb, int64_t ke) {
+  if (p0 >= p1) return;
+  if ((is_a ? x->a_by_k : x->b_by_k) && x->kern->pack_rows &&
+      pack_rows(x, base, is_a, bl, p0, p1, kb, ke)) {
+    return;
+  }
+  for (int64_t p = p0; p < p1; p++) pack_one(x, base, is_a, bl, p, kb, ke);
+}
+
 /* Packing items: per batch, either one per panel (all of K) or, for an operand read along
  * its rows (tpu_gemm_panel_reads_rows), one per k chunk across all its panels. */
 static void pack_slot(void *arg, int64_t begin, int64_t end) {
@@ -347,9 +360,7 @@ static void pack_slot(void *arg, int64_t begin, int64_t end) {
       continue;
     }
     int64_t kb = r * kPackChunk, ke = kb + kPackChunk < x->kpass ? kb + kPackChunk : x->kpass;
-    int64_t panels = is_a ? x->mpanels : x->npanels;
-    if (x->kern->pack_rows && pack_rows(x, base, is_a, bl, 0, panels, kb, ke)) continue;
-    for (int64_t panel = 0; panel < panels; panel++) pack_one(x, base, is_a, bl, panel, kb, ke);
+    pack_panels(x, base, is_a, bl, 0, is_a ? x->mpanels : x->npanels, kb, ke);
   }
 }
 
@@ -469,16 +480,6 @@ typedef struct private_parts {
   atomic_bool failed;
 } private_parts_t;
 
-/* Packs panels [p0, p1) of A (is_a) or B, all of K, into |base|. */
-static void pack_panels(const gemm_ctx *x, char *base, bool is_a, int64_t p0, int64_t p1) {
-  if (p0 >= p1) return;
-  if ((is_a ? x->a_by_k : x->b_by_k) && x->kern->pack_rows &&
-      pack_rows(x, base, is_a, 0, p0, p1, 0, x->kpass)) {
-    return;
-  }
-  for (int64_t p = p0; p < p1; p++) pack_one(x, base, is_a, 0, p, 0, x->kpass);
-}
-
 /* Packs and computes part |part| with the thread's packed panels at |apk| and |bpk|. */
 static void run_part(const private_parts_t *h, int64_t part, char *apk, char *bpk,
                      float *scratch) {
@@ -486,7 +487,7 @@ static void run_part(const private_parts_t *h, int64_t part, char *apk, char *bp
   const tpu_gemm_kernel_t *kern = x->kern;
   int64_t panels = h->along_n ? x->npanels : x->mpanels;
   int64_t q0 = part * panels / h->parts, q1 = (part + 1) * panels / h->parts;
-  pack_panels(x, h->along_n ? bpk : apk, !h->along_n, q0, q1);
+  pack_panels(x, h->along_n ? bpk : apk, !h->along_n, 0, q0, q1, 0, x->kpass);
   int64_t i_lo = 0, i_hi = x->M, j_lo = 0, j_hi = x->N;
   if (h->along_n) {
     j_lo = q0 * kern->nr;
@@ -520,8 +521,8 @@ static void private_slot(void *arg, int64_t begin, int64_t end) {
         atomic_store(&h->failed, true);
         return;
       }
-      if (h->along_n) pack_panels(x, ws, true, 0, x->mpanels);
-      else pack_panels(x, ws + h->a_bytes, false, 0, x->npanels);
+      if (h->along_n) pack_panels(x, ws, true, 0, 0, x->mpanels, 0, x->kpass);
+      else pack_panels(x, ws + h->a_bytes, false, 0, 0, x->npanels, 0, x->kpass);
     }
     run_part(h, part, ws, ws + h->a_bytes,
              x->direct ? NULL : (float *)(ws + h->a_bytes + h->b_bytes));
