@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "bench_util.h"
+#include "../tests/c/pool_helper.h" /* a thread lent to a pool, as in synchronize */
 #include "compiler/executable.h"
 #include "tpu/compiler.h"
 #include "tpu/ir.h"
@@ -307,9 +308,9 @@ int main(int argc, char **argv) {
     steps |= !strcmp(argv[i], "--steps");
     helper |= !strcmp(argv[i], "--helper");
   }
-  bench_helper_t helper_thread;
+  pool_helper helper_thread;
   if (helper && (tpu_pool_create(1, tpu_allocator_system(), &g_pool) != TPU_OK ||
-                 !bench_helper_start(&helper_thread, g_pool))) {
+                 pool_helper_start(&helper_thread, g_pool) != 0)) {
     return 1;
   }
   if (rounds < 1) rounds = 1;
@@ -334,7 +335,7 @@ int main(int argc, char **argv) {
   }
   closedir(dir);
   if (helper) {
-    bench_helper_stop(&helper_thread);
+    pool_helper_stop(&helper_thread);
     tpu_pool_destroy(g_pool);
   }
   return 0;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "bench_util.h"
+#include "../tests/c/pool_helper.h" /* a thread lent to a pool, as in synchronize */
 #include "tpu/kernels.h"
 #include "torch_reference.h"
 
@@ -97,16 +98,16 @@ int main(void) {
     ours[r] = bench_case_us(run, r, &m, "dot_general", ROUNDS, CALLS);
     if (ours[r] < 0) return 1;
   }
-  bench_helper_t helper;
+  pool_helper helper;
   if (tpu_pool_create(1, tpu_allocator_system(), &m.pool) != TPU_OK ||
-      !bench_helper_start(&helper, m.pool)) {
+      pool_helper_start(&helper, m.pool) != 0) {
     return 1;
   }
   for (int r = 0; r < NSHAPES; r++) {
     helped[r] = bench_case_us(run, r, &m, "dot_general", ROUNDS, CALLS);
     if (helped[r] < 0) return 1;
   }
-  bench_helper_stop(&helper);
+  pool_helper_stop(&helper);
   tpu_pool_destroy(m.pool);
   static char script[4096];
   int have_torch = torch_script(script, sizeof script) &&
