@@ -10,14 +10,16 @@
  *   cc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -Isrc bench/cached_graphs.c \
  *      build/release/libtpu.a -pthread -lm -o build/cached_graphs
  *   build/cached_graphs /tmp/gpt [min nodes, default 50] [rounds, default 200] [--describe]
- *      [--steps] [--helper]
+ *      [--steps] [--helper] [--turns]
  * --describe prints each executable's steps; --steps times each step on its own and prints
  * their sum, the longest chain of dependent steps, what the two-thread schedule would take
  * with those times, and the slowest steps; --helper runs the graphs on a pool that a
  * second thread helps, spinning in tpu_pool_help as a thread waiting in
  * tpu_stream_synchronize does (how much of a graph two cores share: the two-thread
  * schedule of the executables that have one, src/compiler/schedule.c, with the kernels a
- * waiting thread shares, run_parallel.c, and the kernels' own splits in the others).
+ * waiting thread shares, run_parallel.c, and the kernels' own splits in the others);
+ * --turns runs the entries one after another instead of each many times in a row, as a
+ * training step runs its graphs, so each finds its data out of cache.
  *
  * Inputs: floats in [-1, 1), integers 0..6 (in range for the example's gathers), bools
  * alternating. Outputs that an entry's alias table ties to a parameter are written in
@@ -227,13 +229,29 @@ static void time_steps(const tpu_executable_t *exe, void *const *in, void *const
   free(t);
 }
 
-/* Compiles and times one entry; prints its line. */
-static void time_entry(const char *name, entry_t *e, int rounds, bool describe, bool steps) {
-  tpu_executable_t *exe = NULL;
-  if (tpu_compile(e->graph, &e->options, tpu_allocator_system(), &exe) != TPU_OK) {
+/* An entry compiled, with its inputs filled and its outputs and scratch allocated. */
+typedef struct loaded {
+  char name[64];
+  const entry_t *e;
+  tpu_executable_t *exe;
+  void **in, **out;
+  void *scratch;
+} loaded_t;
+
+static bool output_is_input(const entry_t *e, int o, int nin) {
+  int32_t p = o < e->options.num_output_alias ? e->alias[o] : TPU_OUTPUT_ALIAS_NONE;
+  return p >= 0 && p < nin;
+}
+
+static bool load(const char *name, const entry_t *e, loaded_t *l) {
+  memset(l, 0, sizeof *l);
+  snprintf(l->name, sizeof l->name, "%s", name);
+  l->e = e;
+  if (tpu_compile(e->graph, &e->options, tpu_allocator_system(), &l->exe) != TPU_OK) {
     fprintf(stderr, "%s: %s\n", name, tpu_status_message());
-    return;
+    return false;
   }
+  tpu_executable_t *exe = l->exe;
   int nin = tpu_executable_num_inputs(exe), nout = tpu_executable_num_outputs(exe);
   void **in = calloc((size_t)nin + 1, sizeof *in), **out = calloc((size_t)nout + 1, sizeof *out);
   for (int v = 0; v < tpu_graph_num_nodes(e->graph); v++) {
@@ -244,11 +262,7 @@ static void time_entry(const char *name, entry_t *e, int rounds, bool describe, 
     fill(in[n->attrs.param.index], n->dtype, bytes, 1234 + (uint64_t)v);
   }
   for (int o = 0; o < nout; o++) {
-    int32_t p = o < e->options.num_output_alias ? e->alias[o] : TPU_OUTPUT_ALIAS_NONE;
-    if (p >= 0 && p < nin) {
-      out[o] = NULL; /* written into its parameter */
-      continue;
-    }
+    if (output_is_input(e, o, nin)) continue; /* written into its parameter, below */
     int64_t strides[TPU_MAX_RANK];
     bool strided = tpu_executable_output_strides(exe, o, strides);
     out[o] = aligned_alloc(64, span_bytes(tpu_executable_output_dtype(exe, o),
@@ -256,54 +270,103 @@ static void time_entry(const char *name, entry_t *e, int rounds, bool describe, 
                                           strided ? strides : NULL));
   }
   for (int o = 0; o < nout; o++) {
-    int32_t p = o < e->options.num_output_alias ? e->alias[o] : TPU_OUTPUT_ALIAS_NONE;
-    if (p >= 0 && p < nin) out[o] = in[p];
+    if (output_is_input(e, o, nin)) out[o] = in[e->alias[o]];
   }
   size_t sb = tpu_executable_scratch_bytes(exe);
-  void *scratch = aligned_alloc(64, (sb + 64 + 63) / 64 * 64);
+  l->in = in;
+  l->out = out;
+  l->scratch = aligned_alloc(64, (sb + 64 + 63) / 64 * 64);
+  return true;
+}
+
+static void unload(loaded_t *l) {
+  if (!l->exe) return;
+  int nin = tpu_executable_num_inputs(l->exe), nout = tpu_executable_num_outputs(l->exe);
+  free(l->scratch);
+  for (int o = 0; o < nout; o++) {
+    if (!output_is_input(l->e, o, nin)) free(l->out[o]);
+  }
+  for (int i = 0; i < nin; i++) free(l->in[i]);
+  free(l->in);
+  free(l->out);
+  tpu_executable_release(l->exe);
+}
+
+static tpu_status_t run(const loaded_t *l) {
+  return tpu_executable_run(l->exe, l->in, l->out, l->scratch, g_pool);
+}
+
+static void print_line(const loaded_t *l, double best_us, double median_us) {
+  printf("%-22s %6d %6d %6d %7d %9.1f %9.1f\n", l->name, tpu_graph_num_nodes(l->e->graph),
+         tpu_executable_num_steps(l->exe), tpu_executable_num_fused(l->exe),
+         tpu_executable_num_kernels(l->exe), best_us, median_us);
+}
+
+/* Times one loaded entry on its own, |rounds| runs in a row; prints its line. */
+static void time_entry(const loaded_t *l, int rounds, bool describe, bool steps) {
   double *t = calloc((size_t)rounds, sizeof *t);
-  tpu_status_t st = tpu_executable_run(exe, in, out, scratch, g_pool); /* warm-up */
+  tpu_status_t st = run(l); /* warm-up */
   for (int r = 0; r < rounds && st == TPU_OK; r++) {
     double t0 = bench_now_s();
-    st = tpu_executable_run(exe, in, out, scratch, g_pool);
+    st = run(l);
     t[r] = (bench_now_s() - t0) * 1e6;
   }
   if (st != TPU_OK) {
-    fprintf(stderr, "%s: %s\n", name, tpu_status_message());
+    fprintf(stderr, "%s: %s\n", l->name, tpu_status_message());
   } else {
     qsort(t, (size_t)rounds, sizeof *t, cmp_double);
-    printf("%-22s %6d %6d %6d %7d %9.1f %9.1f\n", name, tpu_graph_num_nodes(e->graph),
-           tpu_executable_num_steps(exe), tpu_executable_num_fused(exe),
-           tpu_executable_num_kernels(exe), t[0], t[rounds / 2]);
-    if (steps) time_steps(exe, in, out, scratch, rounds);
+    print_line(l, t[0], t[rounds / 2]);
+    if (steps) time_steps(l->exe, l->in, l->out, l->scratch, rounds);
   }
   if (describe) {
     char *text = NULL;
-    if (tpu_executable_describe(exe, tpu_allocator_system(), &text, NULL) == TPU_OK) {
+    if (tpu_executable_describe(l->exe, tpu_allocator_system(), &text, NULL) == TPU_OK) {
       printf("%s\n", text);
       free(text);
     }
   }
   free(t);
-  free(scratch);
-  for (int o = 0; o < nout; o++) {
-    int32_t p = o < e->options.num_output_alias ? e->alias[o] : TPU_OUTPUT_ALIAS_NONE;
-    if (!(p >= 0 && p < nin)) free(out[o]);
-  }
-  for (int i = 0; i < nin; i++) free(in[i]);
-  free(in);
-  free(out);
-  tpu_executable_release(exe);
 }
+
+/* --turns: the loaded entries run one after another, |rounds| times, as a training step
+ * runs its graphs, so each finds its data where the others left it (out of this core's
+ * caches, often out of the host's L3); prints each one's line. */
+static void time_in_turns(const loaded_t *ls, int n, int rounds) {
+  double *t = calloc((size_t)n * (size_t)rounds, sizeof *t);
+  for (int i = 0; i < n; i++) {
+    if (run(&ls[i]) != TPU_OK) { /* warm-up */
+      fprintf(stderr, "%s: %s\n", ls[i].name, tpu_status_message());
+      free(t);
+      return;
+    }
+  }
+  for (int r = 0; r < rounds; r++) {
+    for (int i = 0; i < n; i++) {
+      double t0 = bench_now_s();
+      (void)run(&ls[i]);
+      t[(size_t)i * (size_t)rounds + (size_t)r] = (bench_now_s() - t0) * 1e6;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    double *ti = t + (size_t)i * (size_t)rounds;
+    qsort(ti, (size_t)rounds, sizeof *ti, cmp_double);
+    print_line(&ls[i], ti[0], ti[rounds / 2]);
+  }
+  free(t);
+}
+
+#define MAX_ENTRIES 64
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s CACHE_DIR [min nodes] [rounds] [--describe] [--steps] [--helper]\n", argv[0]);
+    fprintf(stderr, "usage: %s CACHE_DIR [min nodes] [rounds] [--describe] [--steps] [--helper] "
+            "[--turns]\n", argv[0]);
     return 2;
   }
   int min_nodes = argc > 2 ? atoi(argv[2]) : 50, rounds = argc > 3 ? atoi(argv[3]) : 200;
-  bool describe = false, helper = false, steps = false;
+  bool describe = false, helper = false, steps = false, turns = false;
   for (int i = 4; i < argc; i++) {
+    turns |= !strcmp(argv[i], "--turns");
     describe |= !strcmp(argv[i], "--describe");
     steps |= !strcmp(argv[i], "--steps");
     helper |= !strcmp(argv[i], "--helper");
@@ -321,19 +384,31 @@ int main(int argc, char **argv) {
   }
   printf("%-22s %6s %6s %6s %7s %9s %9s\n", "entry", "nodes", "steps", "fused", "kernels",
          "best us", "median us");
+  static entry_t es[MAX_ENTRIES];
+  static loaded_t ls[MAX_ENTRIES];
+  int n = 0;
   struct dirent *d;
-  while ((d = readdir(dir))) {
+  while ((d = readdir(dir)) && n < MAX_ENTRIES) {
     size_t len = strlen(d->d_name);
     if (len < 5 || strcmp(d->d_name + len - 5, ".tpuc") != 0) continue;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", argv[1], d->d_name);
-    entry_t e;
-    if (!read_entry(path, &e)) continue;
-    if (tpu_graph_num_nodes(e.graph) >= min_nodes) time_entry(d->d_name, &e, rounds, describe, steps);
-    tpu_graph_destroy(e.graph);
-    free(e.alias);
+    if (!read_entry(path, &es[n])) continue;
+    if (tpu_graph_num_nodes(es[n].graph) < min_nodes || !load(d->d_name, &es[n], &ls[n])) {
+      tpu_graph_destroy(es[n].graph);
+      free(es[n].alias);
+      continue;
+    }
+    if (!turns) time_entry(&ls[n], rounds, describe, steps);
+    n++;
   }
   closedir(dir);
+  if (turns) time_in_turns(ls, n, rounds);
+  for (int i = 0; i < n; i++) {
+    unload(&ls[i]);
+    tpu_graph_destroy(es[i].graph);
+    free(es[i].alias);
+  }
   if (helper) {
     pool_helper_stop(&helper_thread);
     tpu_pool_destroy(g_pool);

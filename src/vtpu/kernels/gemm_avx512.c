@@ -5,6 +5,10 @@
  * loads two zmm of B and broadcasts one 32-bit value of A per row:
  *   bf16: c[i][j] += a[2p][i] * b[2p][j] + a[2p+1][i] * b[2p+1][j]   (vdpbf16ps, 32 MAC)
  *   f32:  c[i][j] += a[p][i] * b[p][j]                                 (vfmadd, 16 MAC)
+ * A tile that overwrites C asks for its 28 cache lines for writing (PREFETCHW), one per k
+ * step, while it computes: C is often memory no step has touched for a while (a GEMM's
+ * output in a compiled step), and the stores at the end would otherwise wait for each
+ * line in turn (the GPT forward graph, its three graphs run in turn: 5% faster).
  * Products of bf16 values are exact in f32; vdpbf16ps adds the two products of a pair
  * into the f32 accumulator with round to nearest even and flushes subnormals, which is
  * within the f32-accumulation-order tolerance of the reference.
@@ -28,6 +32,9 @@
 #define MR 14
 #define NR 32
 
+/* Line |p| (0 .. 2 MR - 1) of the (MR, NR) f32 tile at c, asked for with write intent. */
+#define PREFETCH_C_LINE(c, ldc, p) __builtin_prefetch((c) + ((p) >> 1) * (ldc) + ((p)&1) * 16, 1, 3)
+
 /* ---- micro-kernels ---------------------------------------------------------------------- */
 
 TPU_AVX512BF16 static void ukernel_bf16_14x32(int64_t ksteps, const void *a_, const void *b_,
@@ -50,10 +57,12 @@ TPU_AVX512BF16 static void ukernel_bf16_14x32(int64_t ksteps, const void *a_, co
     ROWS14(ZERO)
 #undef ZERO
   }
+  const int64_t c_lines = accumulate ? 0 : 2 * MR; /* C lines still to ask for */
   for (int64_t p = 0; p < ksteps; p++) {
     __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
     __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 64);
     _mm_prefetch(b + 8 * 128, _MM_HINT_T0);
+    if (p < c_lines) PREFETCH_C_LINE(c, ldc, p);
 #define STEP(i)                                      \
   {                                                  \
     __m512bh ai = (__m512bh)_mm512_set1_epi32(a[i]); \
@@ -65,6 +74,7 @@ TPU_AVX512BF16 static void ukernel_bf16_14x32(int64_t ksteps, const void *a_, co
     a += MR;
     b += 128;
   }
+  for (int64_t p = ksteps; p < c_lines; p++) PREFETCH_C_LINE(c, ldc, p); /* short K */
 #define STORE(i)                            \
   _mm512_storeu_ps(c + (i) * ldc, c##i##0); \
   _mm512_storeu_ps(c + (i) * ldc + 16, c##i##1);
@@ -92,10 +102,12 @@ TPU_AVX512 static void ukernel_f32_14x32(int64_t ksteps, const void *a_, const v
     ROWS14(ZERO)
 #undef ZERO
   }
+  const int64_t c_lines = accumulate ? 0 : 2 * MR; /* C lines still to ask for */
   for (int64_t p = 0; p < ksteps; p++) {
     __m512 b0 = _mm512_loadu_ps(b);
     __m512 b1 = _mm512_loadu_ps(b + 16);
     _mm_prefetch((const char *)(b + 8 * 32), _MM_HINT_T0);
+    if (p < c_lines) PREFETCH_C_LINE(c, ldc, p);
 #define STEP(i)                                 \
   {                                             \
     __m512 ai = _mm512_set1_ps(a[i]);           \
@@ -107,6 +119,7 @@ TPU_AVX512 static void ukernel_f32_14x32(int64_t ksteps, const void *a_, const v
     a += MR;
     b += NR;
   }
+  for (int64_t p = ksteps; p < c_lines; p++) PREFETCH_C_LINE(c, ldc, p); /* short K */
 #define STORE(i)                            \
   _mm512_storeu_ps(c + (i) * ldc, c##i##0); \
   _mm512_storeu_ps(c + (i) * ldc + 16, c##i##1);

@@ -8,8 +8,10 @@
 
 #include "gemm_kernels.h"
 
-#define TPU_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
-#define TPU_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+/* prfchw: PREFETCHW (every AVX-512 CPU has it), for the micro-kernels' C tiles */
+#define TPU_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,prfchw")))
+#define TPU_AVX512BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,prfchw")))
 #define TPU_AVX512BF16_INLINE TPU_AVX512BF16 __attribute__((always_inline)) inline
 #define TPU_AVX512_INLINE TPU_AVX512 __attribute__((always_inline)) inline
 
