@@ -409,6 +409,11 @@ bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0,
 
 /* ---- whole-row packer: every panel of a w-contiguous source in one sweep ------------------ */
 
+/* Pairs of source rows pack_rows_bf16 asks for ahead of the pair it packs: the rows are a
+ * GEMM's first touch of its operand, often out of cache (the backward graph's activations
+ * and gradients; there, with its graphs run in turn, 2% faster). */
+#define PACK_AHEAD 2
+
 /* For each k (pair) of [kb, ke), reads the source rows from end to end and writes each run
  * of up to 16 into its panel: two sequential read streams instead of one short strided
  * read per panel and row. Panel i (w from i * width) is at dst + i * panel_stride entries;
@@ -426,10 +431,18 @@ TPU_AVX512BF16 static void pack_rows_bf16(const tpu_gemm_panel_src_t *src, int w
       /* a row past K reads nothing (no lanes): any valid address will do */
       const char *s0 = base + (k < K ? tpu_gemm_axis_offset(src->k, k) * es : 0);
       const char *s1 = base + (k + 1 < K ? tpu_gemm_axis_offset(src->k, k + 1) * es : 0);
+      /* the pair of rows PACK_AHEAD pairs on, asked for while this one is packed */
+      const int64_t kn = k + 2 * PACK_AHEAD;
+      const char *n0 = kn + 1 < K ? base + tpu_gemm_axis_offset(src->k, kn) * es : NULL;
+      const char *n1 = kn + 1 < K ? base + tpu_gemm_axis_offset(src->k, kn + 1) * es : NULL;
       for (int64_t pi = 0; pi < npanels; pi++) {
         uint32_t *d = row + pi * panel_stride;
         for (int i = 0; i < width; i += 16) {
           int64_t w = pi * width + i;
+          if (n0 && w < W) {
+            _mm_prefetch(n0 + w * es, _MM_HINT_T0);
+            _mm_prefetch(n1 + w * es, _MM_HINT_T0);
+          }
           if (f32_hi && k + 1 < K && w + 16 <= W) { /* 16 of each row: unmasked loads */
             __m512i v = pairs_f32((const float *)(const void *)s0 + w,
                                   (const float *)(const void *)s1 + w);
