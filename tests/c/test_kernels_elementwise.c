@@ -373,6 +373,27 @@ TEST(vec_bf16_conversions_match_dtype_h) {
   free(h);
 }
 
+/* A predicate read into a fused program: any non-zero byte is 1.0, over whole vectors and
+ * tails, and nothing past n is written. */
+TEST(vec_bool_to_f32_reads_any_nonzero_byte_as_one) {
+  enum { M = 53 };
+  uint8_t b[M];
+  float y[M + 1];
+  for (int isa = 0; isa < TPU_ISA_COUNT; isa++) {
+    const tpu_vec_ops_t *v = tpu_vec_ops_for((tpu_isa_t)isa);
+    if (!v) continue;
+    int bad = 0;
+    for (int n = 0; n <= M; n++) {
+      for (int i = 0; i < M; i++) b[i] = (uint8_t)((i * 37 + n) % 5 == 0 ? 0 : (i * 53) % 256);
+      y[n] = -7.0f;
+      v->bool_to_f32(b, y, n);
+      for (int i = 0; i < n; i++) bad += y[i] != (b[i] ? 1.0f : 0.0f);
+      bad += y[n] != -7.0f;
+    }
+    CHECK(bad == 0);
+  }
+}
+
 /* The bf16 loops equal widen -> f32 loop -> round to nearest even, bit for bit. */
 TEST(vec_bf16_loops_match_f32_loops) {
   static const tpu_op_t un[] = {TPU_OP_EXP, TPU_OP_LOG, TPU_OP_TANH, TPU_OP_LOGISTIC, TPU_OP_ERF,
@@ -1460,6 +1481,7 @@ int main(void) {
   RUN(vec_neg_abs_bitwise);
   RUN(vec_binary_exact_with_broadcast_and_tails);
   RUN(vec_bf16_conversions_match_dtype_h);
+  RUN(vec_bool_to_f32_reads_any_nonzero_byte_as_one);
   RUN(vec_bf16_loops_match_f32_loops);
   RUN(vec_stream_entries_match_regular);
   RUN(unary_every_op_and_dtype_vs_ref);
