@@ -79,7 +79,21 @@ def _let_autograd_threads_settle() -> None:
         time.sleep(0.02)
 
 
+def _backward_on_calling_thread() -> None:
+    """PyTorch's autograd engine runs the backward of a device other than the CPU on a
+    thread of its own per device, and the thread that called backward() sleeps until it is
+    done: two thread hand-offs per backward (tens of microseconds each on a busy host), and
+    a compiled step's backward is one call into a graph already queued on the chip's
+    stream. The tpu kernels run on that stream whatever thread queues them, so torchtpu
+    turns the engine's device threads off for the importing thread (thread-local, as
+    torch.autograd.set_multithreading_enabled always is): its backward runs where it is
+    called, as a CPU backward does. Undo it with
+    torch.autograd.set_multithreading_enabled(True)."""
+    torch.autograd.set_multithreading_enabled(False)
+
+
 _register()
+_backward_on_calling_thread()
 amp._default_autocast_dtype()
 from torchtpu import distributed  # noqa: E402,F401  (registers the "tpu" process-group backend)
 atexit.register(_let_autograd_threads_settle)

@@ -7,6 +7,7 @@
 # losses stay within 2e-2. Gradients and optimizer state
 # live on tpu. fallback_stats() counts the ops that do run through the cpu fallback.
 import copy
+import threading
 
 import pytest
 import torch
@@ -139,6 +140,27 @@ def test_reset_fallback_stats():
     op(x)
     assert fallback_ops(torchtpu.fallback_stats(), name) == 3
     torch.testing.assert_close(op(x).cpu(), op(x.cpu()))
+
+
+def _backward_thread():
+    """The thread a tpu backward's hook runs on."""
+    x = torch.randn(4, 4, device="tpu", requires_grad=True)
+    seen = []
+    x.register_hook(lambda g: seen.append(threading.get_ident()) or g)
+    (x * 2).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), torch.full((4, 4), 2.0))
+    return seen[0]
+
+
+def test_backward_runs_on_the_calling_thread():
+    # importing torchtpu turns the autograd engine's device threads off for the importing
+    # thread: a tpu backward runs where backward() is called (no thread hand-offs), and
+    # turning them back on is the user's choice, as with any device
+    assert not torch.autograd.is_multithreading_enabled()
+    assert _backward_thread() == threading.get_ident()
+    with torch.autograd.set_multithreading_enabled(True):
+        assert _backward_thread() != threading.get_ident()
+    assert _backward_thread() == threading.get_ident()
 
 
 _BACKWARD_THEN_EXIT = """

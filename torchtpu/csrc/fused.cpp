@@ -10,6 +10,7 @@
 
 #include <ATen/ops/empty.h>
 #include <c10/core/StorageImpl.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
 #include <atomic>
@@ -408,14 +409,19 @@ void record_op(c10::Device device, const std::string &name, const std::vector<un
                const RngUse &rng) {
   Pending &p = pending(device.index());
   std::lock_guard<std::recursive_mutex> lock(p.mu);
-  // A training step records its forward on the main thread and its backward on the
-  // autograd engine's thread: cutting where the recording thread changes gives the same
-  // cut points every step (the cache hits), and the forward graph then runs on the chip
-  // while the backward is being recorded.
-  if (p.num_ops > 0 && !p.capturing && p.recorder != std::this_thread::get_id()) {
-    flush_locked(p, "thread switch");
+  // A training step records its forward outside the autograd engine and its backward
+  // inside it (on the calling thread: torchtpu turns the engine's device threads off, see
+  // __init__.py; or on an engine thread where the user turned them back on): cutting
+  // where the recording thread or backward changes gives the same cut points every step
+  // (the cache hits), and the forward graph then runs on the chip while the backward is
+  // being recorded.
+  const int task = torch::autograd::get_current_graph_task_id();
+  if (p.num_ops > 0 && !p.capturing &&
+      (p.recorder != std::this_thread::get_id() || p.recorder_task != task)) {
+    flush_locked(p, "forward/backward switch");
   }
   p.recorder = std::this_thread::get_id();
+  p.recorder_task = task;
   const tpu_graph_t *op_graph = op.graph;
   const auto &params = op.params;
   TORCH_INTERNAL_ASSERT(params.size() == inputs.ptrs.size(), name, ": ", params.size(),

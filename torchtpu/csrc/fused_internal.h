@@ -59,6 +59,7 @@ struct Pending {
   bool exporting = false;  // scalars become constants (torchtpu.export)
   bool capture_cut = false;
   std::thread::id recorder;        // the thread that recorded the pending ops
+  int recorder_task = -1;          // and the backward it recorded them in (-1: none)
   std::vector<tpu_value_t> values;  // record_op scratch: the values of an op's inputs
   std::vector<tpu_value_t> map;     // inline scratch
 
