@@ -59,12 +59,14 @@ tpu_pool_t *tpu_stream_helper_pool(tpu_stream_t *stream);
 bool tpu_stream_query(tpu_stream_t *stream);
 /* Tasks run since creation (for tests and statistics). */
 uint64_t tpu_stream_tasks_completed(tpu_stream_t *stream);
-/* Whether the worker, out of work, may spin a while (200 us) before it sleeps, so that a
+/* Whether the worker, out of work, may spin a while (1 ms) before it sleeps, so that a
  * node pushed meanwhile starts without a wake-up; off by default (the runtime turns it on
  * where it turns helping on: the spinner needs a core of its own). It stops spinning after
  * idle spells too long to catch, until a short one. */
 void tpu_stream_set_idle_spin(tpu_stream_t *stream, bool allowed);
 bool tpu_stream_idle_spin(tpu_stream_t *stream);
+/* How long (ns) a worker allowed to spin does so before it sleeps. */
+uint64_t tpu_stream_idle_spin_ns(void);
 /* Workers of all streams spinning for work right now (for tests). */
 int tpu_stream_spinning_workers(void);
 

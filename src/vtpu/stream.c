@@ -21,10 +21,11 @@
  * (tpu_stream_set_idle_spin; the runtime allows it where it allows helping: every chip's
  * worker and the waiter have a core, no process group shares the host), so the next node
  * (the next eager op) starts without a wake-up, which costs tens of microseconds on a busy
- * machine, and its push skips the signal. Only while spinning pays: after two idle spells
- * in a row longer than a spin (a compiled step's graphs are queued ahead of the worker, so
- * it idles only between steps, while Python starts the next) it sleeps at once, until a
- * short spell again.
+ * machine, and its push skips the signal. The spin covers the gap between two compiled
+ * steps too (the worker idles from the step's last graph to the next forward, while
+ * Python returns from synchronize and starts that forward: a few hundred microseconds).
+ * Only while spinning pays: after two idle spells in a row longer than a spin (a loop
+ * that does other work between steps) it sleeps at once, until a short spell again.
  */
 #include "tpu/stream.h"
 
@@ -146,12 +147,16 @@ static void run_node(tpu_stream_t *s, stream_node_t *n) {
   if (e) event_unref(e);
 }
 
-/* How long an idle worker spins before it sleeps (eager ops come closer together than
- * this); g_spinning counts the workers spinning now. */
-static const uint64_t kIdleSpinNs = 200 * 1000;
+/* How long an idle worker spins before it sleeps: eager ops come closer together than
+ * this, and so do a synchronized loop's compiled steps (GPT step: 250-500 us from its last
+ * graph to the next forward; a 200 us spin made every step wait for a wake-up, and the
+ * synchronized step took 1-8% longer). g_spinning counts the workers spinning now. */
+static const uint64_t kIdleSpinNs = 1000 * 1000;
 static _Atomic int g_spinning;
 
 int tpu_stream_spinning_workers(void) { return atomic_load(&g_spinning); }
+
+uint64_t tpu_stream_idle_spin_ns(void) { return kIdleSpinNs; }
 
 /* Called with s->mu held and the queue empty: spins (mu released) until a node is pushed,
  * the stream stops or kIdleSpinNs pass. */
