@@ -257,7 +257,8 @@ static bool load(const char *name, const entry_t *e, loaded_t *l) {
   for (int v = 0; v < tpu_graph_num_nodes(e->graph); v++) {
     const tpu_node_t *n = tpu_graph_node(e->graph, v);
     if (n->op != TPU_OP_PARAMETER || n->attrs.param.index >= nin) continue;
-    size_t bytes = span_bytes(n->dtype, &n->shape, n->attrs.param.strided ? n->attrs.param.strides : NULL);
+    size_t bytes = span_bytes(n->dtype, &n->shape,
+                              n->attrs.param.strided ? n->attrs.param.strides : NULL);
     in[n->attrs.param.index] = aligned_alloc(64, bytes);
     fill(in[n->attrs.param.index], n->dtype, bytes, 1234 + (uint64_t)v);
   }
@@ -333,6 +334,7 @@ static void time_entry(const loaded_t *l, int rounds, bool describe, bool steps)
  * caches, often out of the host's L3); prints each one's line. */
 static void time_in_turns(const loaded_t *ls, int n, int rounds) {
   double *t = calloc((size_t)n * (size_t)rounds, sizeof *t);
+  if (!t) return;
   for (int i = 0; i < n; i++) {
     if (run(&ls[i]) != TPU_OK) { /* warm-up */
       fprintf(stderr, "%s: %s\n", ls[i].name, tpu_status_message());
