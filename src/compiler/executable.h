@@ -99,23 +99,6 @@ typedef struct step_deps {
   int len0;                     /* steps in thread 0's list */
 } step_deps_t;
 
-/* Whether help pays, per executable (help_policy.c): moving averages (1/4 weight on the
- * newest) of the host time of its runs begun alone [0] and with a helper [1], how many
- * runs fed each (up to a few), and how many runs are still to take no help. */
-typedef struct help_policy {
-  _Atomic uint64_t avg_ns[2];
-  _Atomic uint32_t samples[2];
-  _Atomic int32_t declines_left;
-} help_policy_t;
-
-/* Whether this run may take help (false: one of the declined runs, counted down by every
- * run). */
-bool tpu_help_policy_accepts(help_policy_t *h);
-/* Feeds a finished run (begun with a helper or not) into the averages; when helped runs
- * are the slower, the next tpu_help_policy_declined_runs() runs take no help. */
-void tpu_help_policy_note(help_policy_t *h, bool helped, uint64_t ns);
-int tpu_help_policy_declined_runs(void);
-
 struct tpu_executable {
   atomic_int refcount;
   tpu_allocator_t host;
@@ -139,7 +122,6 @@ struct tpu_executable {
    * so atomic */
   _Atomic uint64_t runs[2], run_ns[2];
   _Atomic uint64_t shared_kernels; /* run_parallel.c: kernels split with a waiting thread */
-  help_policy_t help;              /* whether the waiting thread's help pays */
 };
 
 /* Runs one step (execute.c). */

@@ -469,65 +469,6 @@ TEST(run_stats_count_runs_alone_and_with_a_helper) {
   tpu_graph_destroy(g);
 }
 
-/* The help policy (help_policy.c): no verdict before a few runs of each kind; helped runs
- * slower than alone ones decline help for a number of runs, counted down by every run;
- * then a run takes help again, and once helped runs are the faster they keep it. */
-TEST(help_is_declined_while_helped_runs_are_slower) {
-  help_policy_t h;
-  memset(&h, 0, sizeof h);
-  for (int i = 0; i < 3; i++) {
-    tpu_help_policy_note(&h, false, 100 * 1000);
-    tpu_help_policy_note(&h, true, 300 * 1000);
-  }
-  CHECK(tpu_help_policy_accepts(&h)); /* three of each: no verdict yet */
-  tpu_help_policy_note(&h, false, 100 * 1000);
-  tpu_help_policy_note(&h, true, 300 * 1000);
-  for (int i = 0; i < tpu_help_policy_declined_runs(); i++) CHECK(!tpu_help_policy_accepts(&h));
-  CHECK(tpu_help_policy_accepts(&h)); /* the probe */
-  /* help got cheap (the phase passed): each probe pulls the helped average down, until
-   * it is below the alone one and no probe declines again */
-  int probes = 1;
-  tpu_help_policy_note(&h, true, 20 * 1000);
-  while (!tpu_help_policy_accepts(&h) && probes < 20) {
-    while (!tpu_help_policy_accepts(&h)) {
-    }
-    probes++;
-    tpu_help_policy_note(&h, true, 20 * 1000);
-  }
-  CHECK(probes <= 6);
-  for (int i = 0; i < 40; i++) {
-    CHECK(tpu_help_policy_accepts(&h));
-    tpu_help_policy_note(&h, i % 2, i % 2 ? 20 * 1000 : 100 * 1000);
-  }
-}
-
-/* An executable whose helped runs were the slower runs the next one on its own thread,
- * with a helper spinning: counted as begun alone, no kernel shared, the same bits. */
-TEST(a_run_declines_help_that_did_not_pay) {
-  tpu_graph_t *g = branches_graph();
-  tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
-  if (exe) {
-    for (int i = 0; i < 4; i++) {
-      tpu_help_policy_note(&exe->help, false, 1000);
-      tpu_help_policy_note(&exe->help, true, 1000 * 1000);
-    }
-    tpu_executable_run_stats_t before, after;
-    tpu_executable_run_stats(exe, &before);
-    cu_run_t seq, declined;
-    cu_execute(g, exe, 5, NULL, &seq);
-    cu_execute(g, exe, 5, g_pool, &declined);
-    tpu_executable_run_stats(exe, &after);
-    CHECK(after.helped_runs == before.helped_runs);
-    CHECK(after.alone_runs == before.alone_runs + 2);
-    CHECK(after.shared_kernels == before.shared_kernels);
-    CHECK(cu_diff_outputs(&seq, &declined) == 0);
-    cu_free(&seq);
-    cu_free(&declined);
-  }
-  tpu_executable_release(exe);
-  tpu_graph_destroy(g);
-}
-
 TEST(an_error_in_one_branch_names_its_op_and_the_pool_still_works) {
   tpu_graph_t *g = ir_graph();
   tpu_value_t x = ir_param(g, TPU_F32, SHAPE(8, 16));
@@ -593,8 +534,6 @@ int main(void) {
   RUN(overlapping_outputs_run_in_order);
   RUN(with_no_helper_the_caller_runs_both_lists);
   RUN(run_stats_count_runs_alone_and_with_a_helper);
-  RUN(help_is_declined_while_helped_runs_are_slower);
-  RUN(a_run_declines_help_that_did_not_pay);
   RUN(an_error_in_one_branch_names_its_op_and_the_pool_still_works);
   atomic_store(&g_stop, true);
   pthread_join(helper, NULL);
