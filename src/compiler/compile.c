@@ -945,7 +945,14 @@ tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs
   /* in parallel only with helpers already spinning (a thread waiting in synchronize):
    * a woken worker would compete for the cores with the Python threads */
   uint64_t t0 = tpu_now_ns();
+  /* the counters, and the help policy, are what a run writes in the executable (heap
+   * memory: casting away const is defined) */
+  tpu_executable_t *counted = (tpu_executable_t *)exe;
   int helped = tpu_pool_helpers(pool) > 0;
+  if (!tpu_help_policy_accepts(&counted->help) && helped) {
+    pool = NULL; /* help does not pay now: the run stays on this thread */
+    helped = 0;
+  }
   bool parallel = exe->parallel && helped;
   bool disjoint = (parallel || exe->scratch_in_outputs) && tpu_deps_outputs_disjoint(exe, outputs);
   if (exe->scratch_in_outputs && !disjoint) {
@@ -962,11 +969,10 @@ tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs
     }
   }
   if (st == TPU_OK) {
-    /* the counters are the one thing a run writes in the executable (heap memory: casting
-     * away const is defined) */
-    tpu_executable_t *counted = (tpu_executable_t *)exe;
+    const uint64_t ns = tpu_now_ns() - t0;
     atomic_fetch_add_explicit(&counted->runs[helped], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&counted->run_ns[helped], tpu_now_ns() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&counted->run_ns[helped], ns, memory_order_relaxed);
+    tpu_help_policy_note(&counted->help, helped, ns);
   }
   return st;
 }

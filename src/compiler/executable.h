@@ -99,6 +99,26 @@ typedef struct step_deps {
   int len0;                     /* steps in thread 0's list */
 } step_deps_t;
 
+/* Whether help pays, per executable (help_policy.c): this window's fastest run begun
+ * alone [0] and with a helper [1] (ns; 0: none yet), how many of each the window has
+ * seen, and how many runs are still to take no help. */
+typedef struct help_policy {
+  _Atomic uint64_t min_ns[2];
+  _Atomic uint32_t count[2];
+  _Atomic int32_t declines_left;
+} help_policy_t;
+
+/* Whether this run may take help (false: one of the declined runs, counted down by every
+ * run). */
+bool tpu_help_policy_accepts(help_policy_t *h);
+/* Feeds a finished run (begun with a helper or not) into the window; once it holds
+ * tpu_help_policy_window() runs of each kind, a verdict: if the fastest helped run was
+ * slower than the fastest alone, the next tpu_help_policy_declined_runs() runs take no
+ * help. */
+void tpu_help_policy_note(help_policy_t *h, bool helped, uint64_t ns);
+int tpu_help_policy_declined_runs(void);
+int tpu_help_policy_window(void);
+
 struct tpu_executable {
   atomic_int refcount;
   tpu_allocator_t host;
@@ -122,6 +142,7 @@ struct tpu_executable {
    * so atomic */
   _Atomic uint64_t runs[2], run_ns[2];
   _Atomic uint64_t shared_kernels; /* run_parallel.c: kernels split with a waiting thread */
+  help_policy_t help;              /* whether the waiting thread's help pays */
 };
 
 /* Runs one step (execute.c). */

@@ -469,6 +469,65 @@ TEST(run_stats_count_runs_alone_and_with_a_helper) {
   tpu_graph_destroy(g);
 }
 
+/* The help policy (help_policy.c): a verdict once a window holds enough runs of each kind;
+ * when the fastest helped run was slower than the fastest alone, help is declined for a
+ * number of runs, counted down by every run; a slow outlier among fast helped runs does
+ * not count against help; and once help wins again it is kept. */
+TEST(help_is_declined_while_helped_runs_are_slower) {
+  const int w = tpu_help_policy_window();
+  help_policy_t h;
+  memset(&h, 0, sizeof h);
+  /* helped runs fast but one slowed by a preemption, alone runs steady: help wins */
+  for (int i = 0; i < w; i++) {
+    CHECK(tpu_help_policy_accepts(&h));
+    tpu_help_policy_note(&h, false, 100 * 1000);
+    tpu_help_policy_note(&h, true, i == 2 ? 5000 * 1000 : 70 * 1000);
+  }
+  CHECK(tpu_help_policy_accepts(&h));
+  /* a window where help loses: no verdict before it is full, then the declines */
+  for (int i = 0; i < w; i++) {
+    CHECK(tpu_help_policy_accepts(&h));
+    tpu_help_policy_note(&h, false, 100 * 1000);
+    if (i < w - 1) tpu_help_policy_note(&h, true, 150 * 1000);
+  }
+  CHECK(tpu_help_policy_accepts(&h)); /* w alone, w - 1 helped: not yet */
+  tpu_help_policy_note(&h, true, 150 * 1000);
+  for (int i = 0; i < tpu_help_policy_declined_runs(); i++) CHECK(!tpu_help_policy_accepts(&h));
+  CHECK(tpu_help_policy_accepts(&h)); /* a new window measures again */
+  for (int i = 0; i < w; i++) {
+    tpu_help_policy_note(&h, false, 100 * 1000);
+    tpu_help_policy_note(&h, true, 60 * 1000);
+  }
+  for (int i = 0; i < 4 * w; i++) CHECK(tpu_help_policy_accepts(&h));
+}
+
+/* An executable whose helped runs were the slower runs the next one on its own thread,
+ * with a helper spinning: counted as begun alone, no kernel shared, the same bits. */
+TEST(a_run_declines_help_that_did_not_pay) {
+  tpu_graph_t *g = branches_graph();
+  tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
+  if (exe) {
+    for (int i = 0; i < tpu_help_policy_window(); i++) {
+      tpu_help_policy_note(&exe->help, false, 1000);
+      tpu_help_policy_note(&exe->help, true, 1000 * 1000);
+    }
+    tpu_executable_run_stats_t before, after;
+    tpu_executable_run_stats(exe, &before);
+    cu_run_t seq, declined;
+    cu_execute(g, exe, 5, NULL, &seq);
+    cu_execute(g, exe, 5, g_pool, &declined);
+    tpu_executable_run_stats(exe, &after);
+    CHECK(after.helped_runs == before.helped_runs);
+    CHECK(after.alone_runs == before.alone_runs + 2);
+    CHECK(after.shared_kernels == before.shared_kernels);
+    CHECK(cu_diff_outputs(&seq, &declined) == 0);
+    cu_free(&seq);
+    cu_free(&declined);
+  }
+  tpu_executable_release(exe);
+  tpu_graph_destroy(g);
+}
+
 TEST(an_error_in_one_branch_names_its_op_and_the_pool_still_works) {
   tpu_graph_t *g = ir_graph();
   tpu_value_t x = ir_param(g, TPU_F32, SHAPE(8, 16));
@@ -534,6 +593,8 @@ int main(void) {
   RUN(overlapping_outputs_run_in_order);
   RUN(with_no_helper_the_caller_runs_both_lists);
   RUN(run_stats_count_runs_alone_and_with_a_helper);
+  RUN(help_is_declined_while_helped_runs_are_slower);
+  RUN(a_run_declines_help_that_did_not_pay);
   RUN(an_error_in_one_branch_names_its_op_and_the_pool_still_works);
   atomic_store(&g_stop, true);
   pthread_join(helper, NULL);
