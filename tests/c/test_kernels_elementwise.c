@@ -373,9 +373,10 @@ TEST(vec_bf16_conversions_match_dtype_h) {
   free(h);
 }
 
-/* A predicate read into a fused program: any non-zero byte is 1.0, over whole vectors and
- * tails, and nothing past n is written. */
-TEST(vec_bool_to_f32_reads_any_nonzero_byte_as_one) {
+/* A predicate read into a fused program (tpu_ew_program_load_row, contiguous bool bytes:
+ * a select of the bits of 1.0f and 0.0f): any non-zero byte is 1.0, over whole vectors
+ * and tails, and nothing past n is written. */
+TEST(ew_program_reads_a_predicate_as_one_for_any_nonzero_byte) {
   enum { M = 53 };
   uint8_t b[M];
   float y[M + 1];
@@ -386,7 +387,7 @@ TEST(vec_bool_to_f32_reads_any_nonzero_byte_as_one) {
     for (int n = 0; n <= M; n++) {
       for (int i = 0; i < M; i++) b[i] = (uint8_t)((i * 37 + n) % 5 == 0 ? 0 : (i * 53) % 256);
       y[n] = -7.0f;
-      v->bool_to_f32(b, y, n);
+      tpu_ew_program_load_row(v, (const char *)b, 1, TPU_BOOL, y, n);
       for (int i = 0; i < n; i++) bad += y[i] != (b[i] ? 1.0f : 0.0f);
       bad += y[n] != -7.0f;
     }
@@ -1481,7 +1482,7 @@ int main(void) {
   RUN(vec_neg_abs_bitwise);
   RUN(vec_binary_exact_with_broadcast_and_tails);
   RUN(vec_bf16_conversions_match_dtype_h);
-  RUN(vec_bool_to_f32_reads_any_nonzero_byte_as_one);
+  RUN(ew_program_reads_a_predicate_as_one_for_any_nonzero_byte);
   RUN(vec_bf16_loops_match_f32_loops);
   RUN(vec_stream_entries_match_regular);
   RUN(unary_every_op_and_dtype_vs_ref);

@@ -121,8 +121,10 @@ LOOPS void tpu_ew_program_load_row(const tpu_vec_ops_t *v, const char *src, int6
     memcpy(dst, src, (size_t)n * 4);
   } else if (dt == TPU_BF16 && s == 2) {
     v->bf16_to_f32((const uint16_t *)(const void *)src, dst, n);
-  } else if (dt == TPU_BOOL && s == 1) {
-    v->bool_to_f32((const uint8_t *)(const void *)src, dst, n);
+  } else if (dt == TPU_BOOL && s == 1) { /* a vector at a time: the bits of 1.0f or 0.0f */
+    const uint32_t one = 0x3f800000u, zero = 0;
+    const tpu_vec_2d_t row = {.n = n, .rows = 1};
+    v->select_u32((const uint8_t *)src, 1, &one, 0, &zero, 0, (uint32_t *)(void *)dst, &row);
   } else if (dt == TPU_BOOL) {
     for (int64_t j = 0; j < n; j++) dst[j] = src[j * s] ? 1.0f : 0.0f;
   } else {

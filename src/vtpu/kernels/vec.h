@@ -46,7 +46,6 @@ typedef struct tpu_vec_ops {
                       int64_t sb, uint16_t *out, int64_t n);
   void (*bf16_to_f32)(const uint16_t *x, float *y, int64_t n);
   void (*f32_to_bf16)(const float *x, uint16_t *y, int64_t n); /* nearest even, as dtype.h */
-  void (*bool_to_f32)(const uint8_t *x, float *y, int64_t n); /* y[i] = x[i] ? 1 : 0 */
   /* Philox4x32-10 on counters ctr + i (i < n; 64-bit counter in words 0 and 1, words 2
    * and 3 zero) under key (lo32(key), hi32(key)): output word j of counter i goes to
    * wj[i]. w1, w2, w3 may be NULL when not needed. */

@@ -213,15 +213,6 @@ static inline void f32_to_bf16_body(const float *x, uint16_t *y, int64_t n, bool
   for (; i < n; i++) y[i] = tpu_f32_to_bf16(x[i]);
 }
 
-/* bool bytes (any non-zero byte is true) as 1.0 / 0.0: the form a fused program reads a
- * predicate in (a causal mask's select) */
-static void bool_to_f32(const uint8_t *x, float *y, int64_t n) {
-  int64_t i = 0;
-  const vf one = vf_set(1.0f), zero = vf_set(0.0f);
-  for (; i + VEC_W <= n; i += VEC_W) vf_store(y + i, vf_sel(vm_load_u8(x + i), one, zero));
-  for (; i < n; i++) y[i] = x[i] ? 1.0f : 0.0f;
-}
-
 /* ---- array loops ------------------------------------------------------------------------ */
 
 /* Element access per storage type: load a vector, store one (regular or streaming, i.e.
@@ -594,7 +585,6 @@ const tpu_vec_ops_t *VEC_TABLE(void) {
       .binary_bf16 = binary_bf16,
       .bf16_to_f32 = bf16_to_f32,
       .f32_to_bf16 = f32_to_bf16,
-      .bool_to_f32 = bool_to_f32,
       .unary_f32_stream = unary_f32_stream,
       .binary_f32_stream = binary_f32_stream,
       .unary_bf16_stream = unary_bf16_stream,
