@@ -18,8 +18,9 @@
  * tpu_stream_synchronize does (how much of a graph two cores share: the two-thread
  * schedule of the executables that have one, src/compiler/schedule.c, with the kernels a
  * waiting thread shares, run_parallel.c, and the kernels' own splits in the others);
- * --turns runs the entries one after another instead of each many times in a row, as a
- * training step runs its graphs, so each finds its data out of cache.
+ * --turns then also runs the entries one after another instead of each many times in a
+ * row, as a training step runs its graphs, so each finds its data out of cache, and prints
+ * that median over the one alone.
  *
  * Inputs: floats in [-1, 1), integers 0..6 (in range for the example's gathers), bools
  * alternating. Outputs that an entry's alias table ties to a parameter are written in
@@ -236,6 +237,7 @@ typedef struct loaded {
   tpu_executable_t *exe;
   void **in, **out;
   void *scratch;
+  double alone_us; /* median of its runs on its own (time_entry), 0 before */
 } loaded_t;
 
 static bool output_is_input(const entry_t *e, int o, int nin) {
@@ -303,8 +305,9 @@ static void print_line(const loaded_t *l, double best_us, double median_us) {
          tpu_executable_num_kernels(l->exe), best_us, median_us);
 }
 
-/* Times one loaded entry on its own, |rounds| runs in a row; prints its line. */
-static void time_entry(const loaded_t *l, int rounds, bool describe, bool steps) {
+/* Times one loaded entry on its own, |rounds| runs in a row; prints its line and keeps
+ * its median. */
+static void time_entry(loaded_t *l, int rounds, bool describe, bool steps) {
   double *t = calloc((size_t)rounds, sizeof *t);
   tpu_status_t st = run(l); /* warm-up */
   for (int r = 0; r < rounds && st == TPU_OK; r++) {
@@ -317,6 +320,7 @@ static void time_entry(const loaded_t *l, int rounds, bool describe, bool steps)
   } else {
     qsort(t, (size_t)rounds, sizeof *t, cmp_double);
     print_line(l, t[0], t[rounds / 2]);
+    l->alone_us = t[rounds / 2];
     if (steps) time_steps(l->exe, l->in, l->out, l->scratch, rounds);
   }
   if (describe) {
@@ -331,7 +335,8 @@ static void time_entry(const loaded_t *l, int rounds, bool describe, bool steps)
 
 /* --turns: the loaded entries run one after another, |rounds| times, as a training step
  * runs its graphs, so each finds its data where the others left it (out of this core's
- * caches, often out of the host's L3); prints each one's line. */
+ * caches, often out of the host's L3); prints each one's line and its median over its
+ * median alone (time_entry, run before). */
 static void time_in_turns(const loaded_t *ls, int n, int rounds) {
   double *t = calloc((size_t)n * (size_t)rounds, sizeof *t);
   if (!t) return;
@@ -352,7 +357,11 @@ static void time_in_turns(const loaded_t *ls, int n, int rounds) {
   for (int i = 0; i < n; i++) {
     double *ti = t + (size_t)i * (size_t)rounds;
     qsort(ti, (size_t)rounds, sizeof *ti, cmp_double);
+    printf("in turns: ");
     print_line(&ls[i], ti[0], ti[rounds / 2]);
+    if (ls[i].alone_us > 0) {
+      printf("          %.2fx its median alone\n", ti[rounds / 2] / ls[i].alone_us);
+    }
   }
   free(t);
 }
@@ -401,7 +410,7 @@ int main(int argc, char **argv) {
       free(es[n].alias);
       continue;
     }
-    if (!turns) time_entry(&ls[n], rounds, describe, steps);
+    time_entry(&ls[n], rounds, describe, steps);
     n++;
   }
   closedir(dir);
