@@ -3,7 +3,9 @@ reference), tpu strict eager, tpu fused eager, and torch.compile(backend="tpu") 
 AdamW step with capturable=True, or model with AdamW(fused=True)); compile time of the step
 at 1x, 2x and 4x layers; peak memory compiled vs eager; a loop of tiny ops, fused vs strict;
 which thread bounds each mode (CPU time per step of the Python and the kernel threads); the
-host time of each compiled graph's runs, on one core and with a helping thread.
+host time of each compiled graph's runs, on one core and with a helping thread. The
+host's core-to-core speed is probed between rounds (bench/core_to_core.c), since the VM
+has spells in which work split across its two vCPUs runs slower than on one.
 
 The step time is measured on the host (the virtual TPU runs on this machine's CPU) and
 modelled for a real v5e by the cost model (include/tpu/cost.h), which also shows what
@@ -24,7 +26,7 @@ import torchtpu.report as report
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import train_gpt  # noqa: E402
 
-from common import cpu_sync, table, timeit, tpu_sync  # noqa: E402
+from common import core_to_core, cpu_sync, spells, table, timeit, tpu_sync  # noqa: E402
 
 
 def gpt_step(device, compile=False, n_layer=2, mode="strict", fused_adamw=False):
@@ -75,7 +77,8 @@ def step_times(rounds=60):
     """Median wall time of a GPT step per mode, synchronized after each step and back to back
     (BLOCK steps, one sync). The tpu modes take turns (SYNC_RUN synchronized steps or one
     block each), so a change in the machine's load hits them all alike. Also per mode: the
-    step's modelled time on a v5e (the cost model) and the executables launched per step."""
+    step's modelled time on a v5e (the cost model) and the executables launched per step;
+    and which spells of the host the timings ran in (common.spells)."""
     steps, modelled, launches = {}, {}, {}
     for name, (device, mode, compiled, fused_adamw) in MODES.items():
         step = in_mode(mode, lambda: gpt_step(device, compile=compiled, fused_adamw=fused_adamw))
@@ -96,8 +99,11 @@ def step_times(rounds=60):
     # switching models every step would time each step with the other models' weights
     # and activations in the caches.
     times = {name: [] for name in steps}
+    probes = []  # the host's spell (common.core_to_core) between rounds of the tpu modes
     for group in (["PyTorch CPU eager"], [n for n in steps if n != "PyTorch CPU eager"]):
         for _ in range(rounds // SYNC_RUN):
+            if "tpu strict eager" in group:
+                probes.append(core_to_core())
             for name in group:
                 mode, step, sync = steps[name]
                 torchtpu.set_eager_mode(mode)
@@ -111,7 +117,9 @@ def step_times(rounds=60):
     # median moves with the machine's load more than a single step's
     blocks = {name: [] for name in steps}
     for group in (["PyTorch CPU eager"], [n for n in steps if n != "PyTorch CPU eager"]):
-        for _ in range(15):
+        for block in range(15):
+            if "tpu strict eager" in group and block % 3 == 0:
+                probes.append(core_to_core())
             for name in group:
                 mode, step, sync = steps[name]
                 torchtpu.set_eager_mode(mode)
@@ -140,6 +148,7 @@ def step_times(rounds=60):
     table("GPT training step (ms; ratios > 1 mean the mode is faster)",
           ["mode", "host ms, synced", "vs strict", "vs CPU eager", f"host ms, {BLOCK} back to back",
            "vs strict", "vs CPU eager", "modelled v5e µs", "modelled vs strict", "launches"], rows)
+    print(f"\n{spells(probes)}")
     fused, compiled = t["tpu fused eager"], t["tpu compiled"]
     fb, cb = tb["tpu fused eager"], tb["tpu compiled"]
     print(f"\nfused vs compiled: {fused / compiled:.2f}x on the host synced, {fb / cb:.2f}x back "
