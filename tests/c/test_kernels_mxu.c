@@ -609,6 +609,42 @@ TEST(every_gemm_kernel) {
   }
 }
 
+TEST(edge_rows_in_place) {
+  /* the kernel that writes a panel's last rows in place (ukernel_rows) gives the bits of
+   * the full micro-kernel on a local tile, for every count of last rows (M = mr + 1 ..
+   * 2 mr), K past one cache block (so later blocks accumulate into C) and an odd N (a
+   * column edge too, which still goes through the local tile) */
+  const tpu_cpu_features_t *f = tpu_cpu_features();
+  if (!tpu_gemm_have_x86_kernels() || !f->avx512_bf16 || !f->avx512f) return;
+  const tpu_gemm_kernel_t *kern = &tpu_gemm_kernel_avx512_bf16;
+  CHECK(kern->ukernel_rows != NULL);
+  tpu_gemm_kernel_t tiles_only = *kern;
+  tiles_only.ukernel_rows = NULL;
+  int64_t K = 2 * kern->kc * 2 + 6, N = kern->nr + 7; /* three k blocks of packed pairs */
+  for (int64_t M = kern->mr + 1; M <= 2 * kern->mr; M++) {
+    int64_t ad[2] = {M, K}, bd[2] = {K, N}, cd[2] = {M, N};
+    tbuf a = make_buf(TPU_F32, 2, ad, NULL, 0, 0), b = make_buf(TPU_F32, 2, bd, NULL, 0, 0);
+    tbuf c1 = dense(TPU_F32, 2, cd), c2 = dense(TPU_F32, 2, cd);
+    tpu_gemm_t g;
+    memset(&g, 0, sizeof g);
+    g.what = "t";
+    CHECK_OK(tpu_mxu_plan_make("t", TPU_F32, TPU_F32, TPU_F32, TPU_PRECISION_DEFAULT, &g.plan));
+    tpu_gemm_axis_t one = {1, 0, NULL};
+    g.a = (tpu_gemm_matrix_t){a.b.data, TPU_F32, one, {M, K, NULL}, {K, 1, NULL}};
+    g.b = (tpu_gemm_matrix_t){b.b.data, TPU_F32, one, {K, N, NULL}, {N, 1, NULL}};
+    g.c = (tpu_gemm_matrix_t){c1.b.data, TPU_F32, one, {M, N, NULL}, {N, 1, NULL}};
+    CHECK_OK(tpu_gemm_run_kernel(&g, kern, NULL));
+    g.c.data = c2.b.data;
+    CHECK_OK(tpu_gemm_run_kernel(&g, &tiles_only, NULL));
+    if (memcmp(c1.b.data, c2.b.data, (size_t)(M * N) * 4) != 0) {
+      fprintf(stderr, "  M = %lld: in-place edge rows differ from the local tile's\n",
+              (long long)M);
+      check_current_failed = 1;
+    }
+    free_buf(&a), free_buf(&b), free_buf(&c1), free_buf(&c2);
+  }
+}
+
 TEST(packers_agree) {
   /* every vector packer this CPU runs (contiguous, transposed and gathered sources) writes
    * the same bits as the portable one; the BF16-format one flushes subnormals, which this
@@ -864,6 +900,7 @@ int main(void) {
   RUN(k_zero_and_empty);
   RUN(bad_arguments);
   RUN(every_gemm_kernel);
+  RUN(edge_rows_in_place);
   RUN(packers_agree);
   RUN(conv_cases);
   RUN(conv_bad_arguments);

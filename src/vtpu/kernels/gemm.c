@@ -227,7 +227,7 @@ static void ukernel_portable(int64_t ksteps, const void *a_, const void *b_, flo
 }
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_portable = {
-    "portable", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, ukernel_portable, NULL, NULL,
+    "portable", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, ukernel_portable, NULL, NULL, NULL,
 };
 
 static const tpu_gemm_kernel_t *pick_kernel(tpu_mxu_mode_t mode) {
@@ -423,6 +423,10 @@ static void run_block(const gemm_ctx *x, const char *ab, const char *bb, int64_t
         float *ct = cbase + ir * ldc + jr;
         if (mn == mr && nn == nr) {
           kern->ukernel(kcur, ap, bp, ct, ldc, acc);
+          continue;
+        }
+        if (nn == nr && kern->ukernel_rows) { /* the panel's last rows, in place */
+          kern->ukernel_rows(mn, kcur, ap, bp, ct, ldc, acc);
           continue;
         }
         /* edge tile through a local (mr, nr) tile; its rows and columns past the edge

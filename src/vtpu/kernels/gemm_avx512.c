@@ -82,6 +82,61 @@ TPU_AVX512BF16 static void ukernel_bf16_14x32(int64_t ksteps, const void *a_, co
 #undef STORE
 }
 
+/* The first |R| rows (1 .. MR - 1) of a bf16 tile: a panel's last rows when M is not a
+ * multiple of MR (the GPT step's 256 tokens: 18 panels and 4 rows; 64 features: 4 and 8),
+ * written in place instead of computing all MR rows into a local tile and copying R of
+ * them back (as costly as a whole panel: M = 64 took as long as M = 70). The packed A
+ * panel is still MR wide. Each element goes through the same vdpbf16ps steps as in
+ * ukernel_bf16_14x32, so the bits are the same. R is a constant in each instantiation
+ * below, so the loops unroll and the 2 R accumulators stay in registers. */
+TPU_AVX512BF16_INLINE static void tile_bf16_rows(const int R, int64_t ksteps, const void *a_,
+                                                 const void *b_, float *c, int64_t ldc,
+                                                 bool accumulate) {
+  const int32_t *a = a_; /* (ksteps, MR) bf16 pairs */
+  const char *b = b_;    /* (ksteps, NR) bf16 pairs: 128 bytes per step */
+  __m512 acc[2 * (MR - 1)];
+#pragma GCC unroll 13
+  for (int i = 0; i < R; i++) {
+    acc[2 * i] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+    acc[2 * i + 1] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+  }
+  const int64_t c_lines = accumulate ? 0 : 2 * R; /* C lines still to ask for */
+  for (int64_t p = 0; p < ksteps; p++) {
+    __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+    __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 64);
+    _mm_prefetch(b + 8 * 128, _MM_HINT_T0);
+    if (p < c_lines) PREFETCH_C_LINE(c, ldc, p);
+#pragma GCC unroll 13
+    for (int i = 0; i < R; i++) {
+      __m512bh ai = (__m512bh)_mm512_set1_epi32(a[i]);
+      acc[2 * i] = _mm512_dpbf16_ps(acc[2 * i], ai, b0);
+      acc[2 * i + 1] = _mm512_dpbf16_ps(acc[2 * i + 1], ai, b1);
+    }
+    a += MR;
+    b += 128;
+  }
+  for (int64_t p = ksteps; p < c_lines; p++) PREFETCH_C_LINE(c, ldc, p); /* short K */
+#pragma GCC unroll 13
+  for (int i = 0; i < R; i++) {
+    _mm512_storeu_ps(c + i * ldc, acc[2 * i]);
+    _mm512_storeu_ps(c + i * ldc + 16, acc[2 * i + 1]);
+  }
+}
+
+#define ROWS_CASE(R) \
+  case R: tile_bf16_rows(R, ksteps, a, b, c, ldc, accumulate); return;
+
+TPU_AVX512BF16 static void ukernel_bf16_rows(int rows, int64_t ksteps, const void *a,
+                                             const void *b, float *c, int64_t ldc,
+                                             bool accumulate) {
+  switch (rows) {
+    ROWS_CASE(1) ROWS_CASE(2) ROWS_CASE(3) ROWS_CASE(4) ROWS_CASE(5) ROWS_CASE(6) ROWS_CASE(7)
+    ROWS_CASE(8) ROWS_CASE(9) ROWS_CASE(10) ROWS_CASE(11) ROWS_CASE(12) ROWS_CASE(13)
+    default: ukernel_bf16_14x32(ksteps, a, b, c, ldc, accumulate); return;
+  }
+}
+#undef ROWS_CASE
+
 TPU_AVX512 static void ukernel_f32_14x32(int64_t ksteps, const void *a_, const void *b_, float *c,
                                          int64_t ldc, bool accumulate) {
   const float *a = a_; /* (ksteps, 14) */
@@ -414,6 +469,35 @@ bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0,
  * and gradients; there, with its graphs run in turn, 2% faster). */
 #define PACK_AHEAD 2
 
+/* One pair of f32 rows (r0 = row k, r1 = row k + 1, |W| values each), the hi component, into
+ * the pair row |row| of all |npanels| panels (zeros past W): per panel, runs of 16 loaded
+ * (masked past W), converted and interleaved, and stored with the panel's width as mask.
+ * |n0|, |n1|: the rows asked for ahead (NULL: none). The common case of pack_rows_bf16,
+ * kept out of its general loop, where the compiler spilled the loaded vectors to the
+ * stack: 2.3-3x faster (0.19-0.34 ns per element before, on the GPT step's shapes). */
+TPU_AVX512BF16 static void pack_pair_f32(const float *r0, const float *r1, const char *n0,
+                                         const char *n1, int64_t W, int width,
+                                         int64_t npanels, uint32_t *row,
+                                         int64_t panel_stride) {
+  __mmask16 store[4]; /* per run of 16 of a panel row: its lanes inside the panel */
+  for (int i = 0; i < width; i += 16) store[i / 16] = first_n(width - i < 16 ? width - i : 16);
+  for (int64_t pi = 0; pi < npanels; pi++) {
+    uint32_t *d = row + pi * panel_stride;
+    for (int i = 0; i < width; i += 16) {
+      const int64_t w = pi * width + i;
+      const int64_t left = W - w;
+      const __mmask16 valid = left >= 16 ? (__mmask16)0xffff : first_n(left > 0 ? (int)left : 0);
+      if (n0 && left > 0) {
+        _mm_prefetch(n0 + w * 4, _MM_HINT_T0);
+        _mm_prefetch(n1 + w * 4, _MM_HINT_T0);
+      }
+      __m512i v = interleave16((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(valid, r0 + w)),
+                               (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(valid, r1 + w)));
+      _mm512_mask_storeu_epi32(d + i, store[i / 16], v);
+    }
+  }
+}
+
 /* For each k (pair) of [kb, ke), reads the source rows from end to end and writes each run
  * of up to 16 into its panel: two sequential read streams instead of one short strided
  * read per panel and row. Panel i (w from i * width) is at dst + i * panel_stride entries;
@@ -435,6 +519,11 @@ TPU_AVX512BF16 static void pack_rows_bf16(const tpu_gemm_panel_src_t *src, int w
       const int64_t kn = k + 2 * PACK_AHEAD;
       const char *n0 = kn + 1 < K ? base + tpu_gemm_axis_offset(src->k, kn) * es : NULL;
       const char *n1 = kn + 1 < K ? base + tpu_gemm_axis_offset(src->k, kn + 1) * es : NULL;
+      if (f32_hi && k + 1 < K) {
+        pack_pair_f32((const float *)(const void *)s0, (const float *)(const void *)s1, n0, n1,
+                      W, width, npanels, row, panel_stride);
+        continue;
+      }
       for (int64_t pi = 0; pi < npanels; pi++) {
         uint32_t *d = row + pi * panel_stride;
         for (int i = 0; i < width; i += 16) {
@@ -512,11 +601,11 @@ bool tpu_gemm_pack_rows_f32_avx512(const tpu_gemm_panel_src_t *src, int width, i
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
     "avx512_bf16", TPU_GEMM_FORMAT_BF16, MR, NR, 256, 112, 512, ukernel_bf16_14x32,
-    tpu_gemm_pack_panel_bf16_avx512, tpu_gemm_pack_rows_bf16_avx512,
+    tpu_gemm_pack_panel_bf16_avx512, tpu_gemm_pack_rows_bf16_avx512, ukernel_bf16_rows,
 };
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
     "avx512", TPU_GEMM_FORMAT_F32, MR, NR, 512, 224, 512, ukernel_f32_14x32,
-    tpu_gemm_pack_panel_f32_avx512, tpu_gemm_pack_rows_f32_avx512,
+    tpu_gemm_pack_panel_f32_avx512, tpu_gemm_pack_rows_f32_avx512, NULL,
 };
 
 bool tpu_gemm_have_x86_kernels(void) { return true; }
@@ -550,10 +639,10 @@ bool tpu_gemm_pack_rows_f32_avx512(const tpu_gemm_panel_src_t *src, int width, i
 }
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
-    "avx512_bf16", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL,
+    "avx512_bf16", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL,
 };
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
-    "avx512", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL,
+    "avx512", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL,
 };
 bool tpu_gemm_have_x86_kernels(void) { return false; }
 

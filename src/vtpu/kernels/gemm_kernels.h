@@ -25,6 +25,10 @@ typedef enum tpu_gemm_format {
 
 typedef void (*tpu_gemm_ukernel_fn)(int64_t ksteps, const void *a, const void *b, float *c,
                                     int64_t ldc, bool accumulate);
+/* A micro-kernel for the first |rows| (1 .. mr - 1) rows of a tile, all nr columns, from a
+ * packed A panel that is still mr wide: what ukernel gives for those rows, bit for bit. */
+typedef void (*tpu_gemm_ukernel_rows_fn)(int rows, int64_t ksteps, const void *a, const void *b,
+                                         float *c, int64_t ldc, bool accumulate);
 
 /* What one packed panel reads: element (w, k) of the source is at
  * data + w_axis(w) + k_axis(k); w is M for A and N for B. */
@@ -54,6 +58,8 @@ typedef struct tpu_gemm_kernel {
   tpu_gemm_ukernel_fn ukernel;
   tpu_gemm_pack_panel_fn pack_panel; /* this ISA's packer; NULL: the portable one */
   tpu_gemm_pack_rows_fn pack_rows;   /* this ISA's whole-row packer; NULL: panel by panel */
+  /* a panel's last rows in place; NULL: through ukernel on a local tile, then copied */
+  tpu_gemm_ukernel_rows_fn ukernel_rows;
 } tpu_gemm_kernel_t;
 
 /* Packs rows [w0, w0 + width) of |src| (zero past the end) into the panel at |dst| in
