@@ -132,7 +132,10 @@ static void copy_seg(void *arg, const tpu_ew_seg_t *s) {
 /* A small copy whose innermost dim is contiguous on both sides (a layout change: attention
  * heads to (batch, time, features) and back, the parts of a concatenation): the runs are
  * copied in one loop over the outer dims, instead of one iterator segment per row or two
- * (at 4 rows of 16 floats, 8x the time of the copy itself). False if |it| is not that. */
+ * (at 4 rows of 16 floats, 8x the time of the copy itself); the runs along the next dim in
+ * a loop of their own, without a carry per run (2-3x faster on the GPT step's 64-byte
+ * runs: a concatenation's part, [8, 4, 32, 16] floats into a [8, 32, 12, 16] buffer, in
+ * 1.5 us, 3.1-5.1 before). False if |it| is not that. */
 static bool copy_runs(const tpu_ew_iter_t *it, size_t size) {
   const int last = it->ndim - 1;
   const int64_t es = (int64_t)size, run = it->dims[last] * es;
@@ -144,13 +147,23 @@ static bool copy_runs(const tpu_ew_iter_t *it, size_t size) {
   const char *o = span(it->base[0], it->ndim, it->dims, it->strides[0], size, &ob);
   const char *i = span(it->base[1], it->ndim, it->dims, it->strides[1], size, &ib);
   if (!disjoint(o, ob, i, ib)) return false;
+  /* the runs along dim last - 1 in one loop (a run of 64 bytes, the common case, as one
+   * fixed-size copy), the dims outside it by carrying */
+  const int inner = last - 1;
+  const int64_t rows = it->dims[inner], so = it->strides[0][inner], si = it->strides[1][inner];
   int64_t idx[TPU_MAX_RANK] = {0};
   char *dst = it->base[0];
   const char *src = it->base[1];
-  for (int64_t left = it->numel / it->dims[last]; left > 0; left--) {
-    if (run <= 512) copy_short(dst, src, (size_t)run);
-    else memcpy(dst, src, (size_t)run);
-    for (int d = last - 1; d >= 0; d--) { /* next run: carry through the outer dims */
+  for (int64_t left = it->numel / it->dims[last] / rows; left > 0; left--) {
+    if (run == 64) {
+      for (int64_t r = 0; r < rows; r++) memcpy(dst + r * so, src + r * si, 64);
+    } else {
+      for (int64_t r = 0; r < rows; r++) {
+        if (run <= 512) copy_short(dst + r * so, src + r * si, (size_t)run);
+        else memcpy(dst + r * so, src + r * si, (size_t)run);
+      }
+    }
+    for (int d = inner - 1; d >= 0; d--) { /* next rows: carry through the outer dims */
       dst += it->strides[0][d];
       src += it->strides[1][d];
       if (++idx[d] < it->dims[d]) break;
