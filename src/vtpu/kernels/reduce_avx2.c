@@ -3,9 +3,8 @@
  * Compiled for AVX2+FMA+F16C with a target pragma and only called when tpu_cpu_features()
  * reports avx2_fma. Same structure as reduce_avx512.c with 8-lane vectors: rows use 8 ymm
  * accumulators, short rows (softmax, layer norm) go 8 at a time with their horizontal
- * folds transposed together, columns take 64 columns (8 ymm) at a time down the rows
- * (tiles up to 128 wide) or rows in order into an L1-resident acc (wider tiles). Tails go
- * through a small identity-padded buffer. MAX/MIN track NaN with an unordered compare.
+ * folds transposed together, columns take 64 columns (8 ymm) at a time down the rows (a
+ * tile is at most 128 wide). Tails go through a small identity-padded buffer. MAX/MIN track NaN with an unordered compare.
  */
 #include <math.h>
 
@@ -210,51 +209,10 @@ static void rows_f32(tpu_reduce_kind_t kind, const float *rows, int64_t ld, int 
     return;                                                                            \
   }
 
-/* Wide tiles (w > 128): rows in order, acc in memory (L1), NaN in v written into acc. */
-#define WFIX_NONE(a, v) ((void)0)
-#define WFIX_NAN(a, v) ((a) = _mm256_blendv_ps((a), (v), _mm256_cmp_ps((v), (v), _CMP_UNORD_Q)))
-#define COL_WSTEP(jj, OP, FIX, LD)                                                     \
-  {                                                                                    \
-    __m256 v = LD(row + (jj));                                                         \
-    __m256 a = OP(_mm256_loadu_ps(acc + (jj)), v);                                     \
-    FIX(a, v);                                                                         \
-    _mm256_storeu_ps(acc + (jj), a);                                                   \
-  }
-#define COL_WIDE(OP, FIX, LD, LDT, T)                                                  \
-  {                                                                                    \
-    for (int64_t r = 0; r < rows; r++) {                                               \
-      const T *row = x + r * ld;                                                       \
-      int64_t j = 0;                                                                   \
-      for (; j + 32 <= w; j += 32) {                                                   \
-        COL_WSTEP(j, OP, FIX, LD) COL_WSTEP(j + 8, OP, FIX, LD)                        \
-        COL_WSTEP(j + 16, OP, FIX, LD) COL_WSTEP(j + 24, OP, FIX, LD)                  \
-      }                                                                                \
-      for (; j + 8 <= w; j += 8) COL_WSTEP(j, OP, FIX, LD)                             \
-      if (j < w) {                                                                     \
-        float t[8];                                                                    \
-        __m256 v = LDT(row + j, w - j, idf);                                           \
-        __m256 a = OP(ldt_f32(acc + j, w - j, idf), v);                                \
-        FIX(a, v);                                                                     \
-        _mm256_storeu_ps(t, a);                                                        \
-        for (int64_t k = 0; k < w - j; k++) acc[j + k] = t[k];                         \
-      }                                                                                \
-    }                                                                                  \
-    return;                                                                            \
-  }
-
 #define COL_KERNEL(NAME, T, LD, LDT)                                                   \
   static void NAME(tpu_reduce_kind_t kind, const T *x, int64_t ld, int64_t rows,      \
                    int64_t w, float *acc) {                                            \
     const float idf = tpu_reduce_identity_f32(kind);                                   \
-    if (w > 128) {                                                                     \
-      switch (kind) {                                                                  \
-        case TPU_REDUCE_SUM: COL_WIDE(OP_SUM, WFIX_NONE, LD, LDT, T)                   \
-        case TPU_REDUCE_PROD: COL_WIDE(OP_PROD, WFIX_NONE, LD, LDT, T)                 \
-        case TPU_REDUCE_MAX: COL_WIDE(OP_MAX, WFIX_NAN, LD, LDT, T)                    \
-        case TPU_REDUCE_MIN: COL_WIDE(OP_MIN, WFIX_NAN, LD, LDT, T)                    \
-        default: return;                                                               \
-      }                                                                                \
-    }                                                                                  \
     switch (kind) {                                                                    \
       case TPU_REDUCE_SUM: COL_BODY(OP_SUM, NAN_NONE, LD, LDT, T)                      \
       case TPU_REDUCE_PROD: COL_BODY(OP_PROD, NAN_NONE, LD, LDT, T)                    \

@@ -5,8 +5,7 @@
  * Rows: 8 zmm accumulators (128 f32 lanes) per block, folded as a tree; short rows 16 at a
  * time with their horizontal folds done together (same bits). MAX/MIN track NaN
  * with an unordered-compare mask, since vmaxps/vminps do not propagate NaN.
- * Columns: a tile of up to 128 columns lives in 8 zmm registers while rows stream by;
- * wider tiles accumulate row by row into the acc array (L1-resident), reading x in order.
+ * Columns: a tile (up to 128 columns) lives in 8 zmm registers while rows stream by.
  */
 #include <math.h>
 
@@ -232,38 +231,6 @@ static void rows_f32(tpu_reduce_kind_t kind, const float *x, int64_t ld, int nro
     return;                                                                            \
   }
 
-/* Columns, wide tiles (w > 128): rows in order, acc in memory (it stays in L1), NaN in v
- * written into acc at once (OP keeps a NaN already in acc). */
-#define WFIX_NONE(a, v) ((void)0)
-#define WFIX_NAN(a, v) ((a) = _mm512_mask_mov_ps((a), _mm512_cmp_ps_mask((v), (v), _CMP_UNORD_Q), (v)))
-#define COL_WSTEP(jj, OP, FIX, LD)                                                     \
-  {                                                                                    \
-    __m512 v = LD(row + (jj));                                                         \
-    __m512 a = OP(_mm512_loadu_ps(acc + (jj)), v);                                     \
-    FIX(a, v);                                                                         \
-    _mm512_storeu_ps(acc + (jj), a);                                                   \
-  }
-#define COL_WIDE(OP, FIX, LD, LDM, T)                                                  \
-  {                                                                                    \
-    for (int64_t r = 0; r < rows; r++) {                                               \
-      const T *row = x + r * ld;                                                       \
-      int64_t j = 0;                                                                   \
-      for (; j + 64 <= w; j += 64) {                                                   \
-        COL_WSTEP(j, OP, FIX, LD) COL_WSTEP(j + 16, OP, FIX, LD)                       \
-        COL_WSTEP(j + 32, OP, FIX, LD) COL_WSTEP(j + 48, OP, FIX, LD)                  \
-      }                                                                                \
-      for (; j < w; j += 16) {                                                         \
-        int64_t left = w - j < 16 ? w - j : 16;                                        \
-        __mmask16 m = (__mmask16)((1u << left) - 1u);                                  \
-        __m512 v = _mm512_mask_blend_ps(m, id, LDM(row + j, m));                       \
-        __m512 a = OP(_mm512_maskz_loadu_ps(m, acc + j), v);                           \
-        FIX(a, v);                                                                     \
-        _mm512_mask_storeu_ps(acc + j, m, a);                                          \
-      }                                                                                \
-    }                                                                                  \
-    return;                                                                            \
-  }
-
 #define CNAN_NONE(m, v) ((void)0)
 #define CNAN_TRACK(m, v) ((m) |= _mm512_cmp_ps_mask((v), (v), _CMP_UNORD_Q))
 
@@ -272,15 +239,6 @@ static void rows_f32(tpu_reduce_kind_t kind, const float *x, int64_t ld, int nro
                    int64_t w, float *acc) {                                            \
     const __m512 id = _mm512_set1_ps(tpu_reduce_identity_f32(kind));                  \
     (void)id;                                                                          \
-    if (w > 128) {                                                                     \
-      switch (kind) {                                                                  \
-        case TPU_REDUCE_SUM: COL_WIDE(OP_SUM, WFIX_NONE, LD, LDM, T)                   \
-        case TPU_REDUCE_PROD: COL_WIDE(OP_PROD, WFIX_NONE, LD, LDM, T)                 \
-        case TPU_REDUCE_MAX: COL_WIDE(OP_MAX, WFIX_NAN, LD, LDM, T)                    \
-        case TPU_REDUCE_MIN: COL_WIDE(OP_MIN, WFIX_NAN, LD, LDM, T)                    \
-        default: return;                                                               \
-      }                                                                                \
-    }                                                                                  \
     if (w == 128) {                                                                    \
       switch (kind) {                                                                  \
         case TPU_REDUCE_SUM: COL_FULL(OP_SUM, CNAN_NONE, LD, T)                           \

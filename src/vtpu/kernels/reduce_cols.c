@@ -7,8 +7,7 @@
  *
  * Work unit: (outer index a, tile of up to TPU_RED_COL_WMAX columns; C is split into
  * equal tiles). A tile accumulates TPU_RED_COL_RB rows in sequence with the ISA col kernel
- * (registers up to 128 columns, else row by row into an L1-resident array, so x is read
- * in memory order), and those row blocks combine pairwise as a binary counter, so long
+ * (in registers), and those row blocks combine pairwise as a binary counter, so long
  * sums stay accurate. When there are too few units for the threads, each unit's row
  * blocks are split into aligned groups of 2^k blocks whose results combine into the very
  * same tree, so results do not depend on the number of threads.

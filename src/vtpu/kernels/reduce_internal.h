@@ -13,7 +13,7 @@
  *   reduce_cols.c   the "column" case: the innermost kept dim is contiguous and one
  *                   reduced dim lies outside it (x.sum(0) on a row-major matrix). Tiles of
  *                   up to TPU_RED_COL_WMAX columns accumulate TPU_RED_COL_RB rows in
- *                   sequence (in registers up to 128 columns), then combine pairwise.
+ *                   sequence (in registers), then combine pairwise.
  *
  * ISA kernels (portable, AVX2, AVX-512) live in reduce_portable.c, reduce_avx2.c and
  * reduce_avx512.c behind tpu_reduce_isa_t; tpu_reduce_isa() picks one at run time.
@@ -27,7 +27,9 @@
 #include "vtpu/kernels/strided.h"
 
 #define TPU_RED_BLOCK 4096   /* elements per leaf block of the lines engine */
-#define TPU_RED_COL_WMAX 4096 /* columns per tile of the columns engine (16 KiB of f32) */
+/* columns per tile of the columns engine: what the ISA col kernels keep in registers (the
+ * 16 KiB tiles of f32 they once took, through an L1 array, were 25% slower at 256 columns) */
+#define TPU_RED_COL_WMAX 128
 #define TPU_RED_COL_RB 64    /* rows accumulated in sequence before pairwise combining */
 
 /* ---- ISA kernels: SUM, PROD, MAX, MIN in f32 arithmetic; MAX/MIN propagate NaN ---------- */
@@ -42,8 +44,8 @@ typedef struct tpu_reduce_isa {
    * an ISA has none (callers then go row by row). */
   void (*rows_f32)(tpu_reduce_kind_t kind, const float *x, int64_t ld, int nrows, int64_t n,
                    float *out, int64_t os);
-  /* acc[j] = acc[j] op x[i * ld + j] for i = 0 .. rows-1 in order, j < w (any w >= 1;
-   * up to 128 columns stay in registers, wider tiles read x row by row). */
+  /* acc[j] = acc[j] op x[i * ld + j] for i = 0 .. rows-1 in order, j < w
+   * (1 <= w <= TPU_RED_COL_WMAX: the tile stays in registers). */
   void (*col_f32)(tpu_reduce_kind_t kind, const float *x, int64_t ld, int64_t rows,
                   int64_t w, float *acc);
   void (*col_bf16)(tpu_reduce_kind_t kind, const uint16_t *x, int64_t ld, int64_t rows,
