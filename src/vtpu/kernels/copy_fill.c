@@ -57,10 +57,24 @@ void tpu_ew_copy_run(char *dst, const char *src, size_t bytes) {
     }                                                                   \
   } while (0)
 
+/* One value of |size| bytes at |in| into the |n| contiguous elements at |out|: a 64-byte
+ * pattern copied in fixed-size pieces (vector stores), as fill does. */
+static void spread_run(size_t size, char *out, const char *in, int64_t n) {
+  unsigned char pat[64];
+  for (size_t b = 0; b < sizeof pat; b += size) memcpy(pat + b, in, size);
+  size_t bytes = (size_t)n * size, i = 0;
+  for (; i + 64 <= bytes; i += 64) memcpy(out + i, pat, 64);
+  if (i < bytes) memcpy(out + i, pat, bytes - i);
+}
+
 void tpu_ew_copy_row(size_t size, char *out, int64_t so, const char *in, int64_t si,
                      int64_t n) {
   if (so == (int64_t)size && si == (int64_t)size) {
     tpu_ew_copy_run(out, in, (size_t)n * size);
+    return;
+  }
+  if (so == (int64_t)size && si == 0 && 64 % size == 0 && n >= 16) { /* a broadcast value */
+    spread_run(size, out, in, n);
     return;
   }
   switch (size) {

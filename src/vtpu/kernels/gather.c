@@ -47,6 +47,11 @@ static void copy_slice(const gjob_t *g, int64_t xo, int64_t oo) {
     tpu_copy_elem(out, oo, x, xo, es);
     return;
   }
+  if (sl->rank == 1 && sl->strides[0][0] == 1 && sl->strides[1][0] == 1) { /* one run: a row
+                                                                            * of an embedding */
+    memcpy(out + oo * (int64_t)es, x + xo * (int64_t)es, (size_t)sl->dims[0] * es);
+    return;
+  }
   int in = sl->rank - 1;
   int64_t run = sl->dims[in], sx = sl->strides[0][in], so = sl->strides[1][in];
   int64_t nruns = tpu_loop_numel(sl) / run;
