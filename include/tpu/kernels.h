@@ -102,6 +102,15 @@ tpu_status_t tpu_kernel_scan(tpu_reduce_kind_t kind, int dim, const tpu_buf_t *x
 tpu_status_t tpu_kernel_dot_general(const tpu_dot_attrs_t *attrs, const tpu_buf_t *lhs,
                                     const tpu_buf_t *rhs, const tpu_buf_t *out,
                                     tpu_pool_t *pool);
+/* out = dot_general(lhs, rhs) + bias, out and bias f32: the product rounded to f32, then one
+ * add, the bits of the two ops in turn. bias has out's dims (broadcast strides allowed; it
+ * may not overlap out). When it is one value per column (the rhs free dims, out's last:
+ * stride 0 over the batch and lhs free dims, dense over the rest) the add is done on each
+ * tile of the product while it is in cache (a linear layer's bias); else after, as a
+ * binary ADD. */
+tpu_status_t tpu_kernel_dot_general_bias(const tpu_dot_attrs_t *attrs, const tpu_buf_t *lhs,
+                                         const tpu_buf_t *rhs, const tpu_buf_t *bias,
+                                         const tpu_buf_t *out, tpu_pool_t *pool);
 tpu_status_t tpu_kernel_convolution(const tpu_conv_attrs_t *attrs, const tpu_buf_t *input,
                                     const tpu_buf_t *kernel, const tpu_buf_t *out,
                                     tpu_pool_t *pool);

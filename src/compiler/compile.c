@@ -370,6 +370,24 @@ static void free_fused(tpu_allocator_t host, fused_t *f) {
   tpu_allocator_free(host, f);
 }
 
+/* Whether fused step |f| (inputs |inputs|, result dtype |out|) is a DOT_GENERAL whose
+ * epilogue only adds one f32 input to the product (out = dot + bias, bias broadcast to the
+ * result): the dot kernel then adds it to each tile in cache, instead of a second pass over
+ * the result (whether the bias is one value per column is checked when it runs). */
+static bool is_bias_epilogue(const tpu_graph_t *g, const tpu_node_t *head, const fused_t *f,
+                             const tpu_value_t *inputs, tpu_dtype_t out) {
+  const tpu_ew_program_t *p = f->post;
+  if (!head || head->op != TPU_OP_DOT_GENERAL || !f->has_post || f->has_pre || f->has_side ||
+      f->has_tail || f->head_reshaped || out != TPU_F32 || f->num_post_in != 1 || !p ||
+      p->num_inputs != 2 || p->num_consts != 0 || p->num_stores != 0 || p->num_instrs != 1) {
+    return false;
+  }
+  const tpu_ew_instr_t *in = &p->instrs[0];
+  bool adds_both = (in->a == 0 && in->b == 1) || (in->a == 1 && in->b == 0);
+  return in->op == TPU_OP_ADD && adds_both && in->dst == p->result &&
+         tpu_graph_node(g, inputs[f->post_in])->dtype == TPU_F32;
+}
+
 /* Slices of dim 0 per chunk of a REDUCE head's row-wise loop (operand |x|): whole rows
  * adding up to about FUSE_CHUNK_ELEMS elements when dim 0 is kept, else all of them. */
 static int64_t chunk_rows_of(const tpu_node_t *head, const tpu_node_t *x) {
@@ -468,6 +486,9 @@ static tpu_status_t push_fused_step(compile_state_t *cs, const fuse_step_t *fs,
     if (f->has_tail) f->tail_out = cs->values[fs->tail_root].view;
     f->num_stores = fs->num_stores;
     for (int j = 0; j < fs->num_stores; j++) f->store_out[j] = cs->values[fs->stores[j]].view;
+  }
+  if (st == TPU_OK) {
+    f->post_bias = is_bias_epilogue(g, head, f, fs->inputs, cs->values[v].view.dtype);
   }
   if (st == TPU_OK && (f->has_pre || f->has_side || f->has_tail)) {
     /* chunks: whole slices of dim 0 when dim 0 is kept, else everything; the prologue
@@ -1084,6 +1105,7 @@ tpu_status_t tpu_executable_describe(const tpu_executable_t *exe, tpu_allocator_
         text_put(&t, " -> scratch");
       }
     }
+    if (s->fused && s->fused->post_bias) text_put(&t, " (the matmul adds the bias)");
     text_put(&t, "\n");
   }
   if (t.st != TPU_OK) {

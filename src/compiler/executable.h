@@ -59,6 +59,8 @@ typedef struct fused {
   int tail_in, num_tail_in;
   tpu_ew_program_t *pre, *post, *side, *tail; /* owned by the step; NULL when absent */
   bool head_reads_side;        /* the REDUCE operand is the side program's result */
+  bool post_bias;              /* the epilogue is head + in[post_in] (a DOT_GENERAL's bias):
+                                  the dot kernel adds it (tpu_kernel_dot_general_bias) */
   bool head_reshaped;          /* the head writes the out bytes with its own (dense) dims */
   int head_rank;
   int64_t head_dims[TPU_MAX_RANK];

@@ -216,6 +216,52 @@ TEST(matmul_with_epilogue_is_one_step) {
   tpu_graph_destroy(g);
 }
 
+/* A linear layer's bias (the epilogue only adds one f32 input): the dot kernel adds it to
+ * each tile of the product in cache. The same bits as the plain executable (dot, then a
+ * broadcast ADD) whether the bias runs along the columns (added in the matmul's tiles), along
+ * the rows or is a full matrix (added after the product by the same kernel call); with a
+ * relu after it the epilogue is a program again. */
+TEST(matmul_adds_its_bias) {
+  tpu_dot_attrs_t da;
+  memset(&da, 0, sizeof da);
+  da.num_contract = 1;
+  da.lhs_contract[0] = 1;
+  da.rhs_contract[0] = 0;
+  for (int c = 0; c < 4; c++) {
+    /* 0: bias per column; 1: per row; 2: a full matrix; 3: bias then relu */
+    tpu_graph_t *g = ir_graph();
+    tpu_shape_t s = SHAPE(61, 75);
+    tpu_value_t a = ir_param(g, TPU_F32, SHAPE(61, 301)), w = ir_param(g, TPU_F32, SHAPE(301, 75));
+    tpu_value_t y = tpu_graph_dot_general(g, a, w, &da, TPU_F32), b;
+    if (c == 1) {
+      int64_t d0[1] = {0};
+      b = bcast(g, ir_param(g, TPU_F32, SHAPE(61)), s, d0);
+    } else if (c == 2) {
+      b = ir_param(g, TPU_F32, s);
+    } else {
+      int64_t d1[1] = {1};
+      b = bcast(g, ir_param(g, TPU_F32, SHAPE(75)), s, d1);
+    }
+    y = tpu_graph_binary(g, TPU_OP_ADD, y, b);
+    if (c == 3) y = tpu_graph_binary(g, TPU_OP_MAX, y, splat(g, TPU_F32, 0.0, s));
+    CHECK_OK(tpu_graph_output(g, y, NULL));
+    tpu_executable_t *on = cu_compile(g, 0);
+    if (on) {
+      CHECK(tpu_executable_num_kernels(on) == 1);
+      char *t = describe(on);
+      if (c == 3) {
+        CHECK(!strstr(t, "the matmul adds the bias"));
+      } else {
+        CHECK_CONTAINS(t, "0: FUSED(DOT_GENERAL,ADD) f32[61,75] -> output 0 (the matmul adds the bias)");
+      }
+      free_text(t);
+    }
+    tpu_executable_release(on);
+    CHECK(cu_optimized_vs_plain(g, g_pool) == 0);
+    tpu_graph_destroy(g);
+  }
+}
+
 /* An f32 head under a bf16 output: the fused step stores the head's result in the output
  * before its epilogue reads it, which rounds it to bf16. A bf16 addmm (beta * c + alpha *
  * a @ b, rounded once) and a bf16 mean (sum / n) must then run their head on its own; a
@@ -650,6 +696,7 @@ int main(void) {
   RUN(softmax_fuses);
   RUN(rowwise_loops_shared_with_helpers_keep_their_bits);
   RUN(matmul_with_epilogue_is_one_step);
+  RUN(matmul_adds_its_bias);
   RUN(f32_heads_under_bf16_outputs_round_once);
   RUN(compare_select_clamp_convert_fuse);
   RUN(outputs_feeding_a_chain_are_its_stores);

@@ -645,6 +645,59 @@ TEST(edge_rows_in_place) {
   }
 }
 
+TEST(dot_with_bias_matches_dot_then_add) {
+  /* dot_general_bias gives the bits of dot_general and then a broadcast ADD: a bias per
+   * column (added on each tile: edge tiles, several k blocks, rows kernels, a helped split,
+   * a batch), per row and a full matrix (added after the product), and the small-matrix
+   * path (batches of 32 x 32); a bf16 result is refused */
+  static const struct {
+    int64_t b, m, n, k;
+    int bias; /* 0: per column, 1: per row, 2: full */
+    tpu_dtype_t out;
+    bool helped;
+  } cases[] = {
+      {1, 61, 75, 600, 0, TPU_F32, false}, {1, 256, 256, 64, 0, TPU_F32, false},
+      {1, 256, 64, 256, 0, TPU_F32, true},  {2, 30, 40, 50, 0, TPU_F32, false},
+      {32, 32, 32, 16, 0, TPU_F32, false},  {1, 61, 75, 300, 1, TPU_F32, false},
+      {1, 61, 75, 300, 2, TPU_F32, false},  {1, 61, 75, 300, 0, TPU_BF16, false},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int64_t B = cases[c].b, M = cases[c].m, N = cases[c].n, K = cases[c].k;
+    int64_t ad[3] = {B, M, K}, bd[3] = {B, K, N}, cd[3] = {B, M, N};
+    tbuf a = dense(TPU_F32, 3, ad), b = dense(TPU_F32, 3, bd);
+    tbuf c1 = dense(cases[c].out, 3, cd), c2 = dense(cases[c].out, 3, cd);
+    int64_t bias_dims[3] = {1, cases[c].bias == 1 ? M : 1, cases[c].bias == 1 ? 1 : N};
+    tbuf bias = cases[c].bias == 2 ? dense(TPU_F32, 3, cd) : dense(TPU_F32, 3, bias_dims);
+    tpu_buf_t bv = bias.b; /* broadcast to (B, M, N) */
+    for (int d = 0; d < 3; d++) {
+      if (bv.dims[d] == 1 && cd[d] > 1) bv.strides[d] = 0;
+      bv.dims[d] = cd[d];
+    }
+    tpu_dot_attrs_t at = matmul_attrs(TPU_PRECISION_DEFAULT);
+    at.num_batch = 1;
+    at.lhs_batch[0] = 0;
+    at.rhs_batch[0] = 0;
+    at.lhs_contract[0] = 2;
+    at.rhs_contract[0] = 1;
+    tpu_pool_t *pool = cases[c].helped ? test_pool() : NULL;
+    if (cases[c].out != TPU_F32) {
+      CHECK(tpu_kernel_dot_general_bias(&at, &a.b, &b.b, &bv, &c2.b, pool) ==
+            TPU_ERR_INVALID_ARGUMENT);
+      CHECK_CONTAINS(tpu_status_message(), "bias is f32");
+      free_buf(&a), free_buf(&b), free_buf(&c1), free_buf(&c2), free_buf(&bias);
+      continue;
+    }
+    CHECK_OK(tpu_kernel_dot_general(&at, &a.b, &b.b, &c1.b, pool));
+    CHECK_OK(tpu_kernel_binary(TPU_OP_ADD, &c1.b, &bv, &c1.b, NULL));
+    CHECK_OK(tpu_kernel_dot_general_bias(&at, &a.b, &b.b, &bv, &c2.b, pool));
+    if (memcmp(c1.b.data, c2.b.data, (size_t)(B * M * N) * esize(cases[c].out)) != 0) {
+      fprintf(stderr, "  case %zu: dot with bias differs from dot then add\n", c);
+      check_current_failed = 1;
+    }
+    free_buf(&a), free_buf(&b), free_buf(&c1), free_buf(&c2), free_buf(&bias);
+  }
+}
+
 TEST(packers_agree) {
   /* every vector packer this CPU runs (contiguous, transposed and gathered sources) writes
    * the same bits as the portable one; the BF16-format one flushes subnormals, which this
@@ -901,6 +954,7 @@ int main(void) {
   RUN(bad_arguments);
   RUN(every_gemm_kernel);
   RUN(edge_rows_in_place);
+  RUN(dot_with_bias_matches_dot_then_add);
   RUN(packers_agree);
   RUN(conv_cases);
   RUN(conv_bad_arguments);

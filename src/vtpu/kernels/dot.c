@@ -119,13 +119,38 @@ static void gather(int n, const int64_t *list, const tpu_buf_t *b, int64_t *dims
   }
 }
 
-tpu_status_t tpu_kernel_dot_general(const tpu_dot_attrs_t *attrs, const tpu_buf_t *lhs,
-                                    const tpu_buf_t *rhs, const tpu_buf_t *out, tpu_pool_t *pool) {
+/* Whether |bias| (out's dims) is one value per column of the GEMM (the rhs free dims, the
+ * last of out), the same for every batch and row: broadcast (stride 0) over the dims
+ * before them and dense row-major over them. */
+static bool bias_per_column(const dot_dims *d, const tpu_buf_t *bias, const tpu_buf_t *out) {
+  if (bias->rank != out->rank) return false;
+  int first = d->nb + d->nfl;
+  int64_t dense = 1;
+  for (int i = out->rank - 1; i >= 0; i--) {
+    if (bias->dims[i] != out->dims[i]) return false;
+    if (out->dims[i] == 1) continue; /* any stride */
+    if (bias->strides[i] != (i >= first ? dense : 0)) return false;
+    if (i >= first) dense *= out->dims[i];
+  }
+  return true;
+}
+
+/* dot_general, then + |bias| (NULL: none) in the GEMM when it is one value per column. */
+static tpu_status_t dot_run(const tpu_dot_attrs_t *attrs, const tpu_buf_t *lhs,
+                            const tpu_buf_t *rhs, const tpu_buf_t *bias, const tpu_buf_t *out,
+                            tpu_pool_t *pool) {
   static const char *what = "dot_general";
   dot_dims d;
   tpu_gemm_t g;
   memset(&g, 0, sizeof g);
   TPU_RETURN_IF_ERROR(dot_check(what, attrs, lhs, rhs, out, &d, &g.plan));
+  if (bias && (bias->dtype != TPU_F32 || out->dtype != TPU_F32)) {
+    return tpu_status_set(TPU_ERR_INVALID_ARGUMENT, "%s: a bias is f32 and so is the result, "
+                          "got bias %s and result %s", what, tpu_dtype_name(bias->dtype),
+                          tpu_dtype_name(out->dtype));
+  }
+  bool in_gemm = bias && bias_per_column(&d, bias, out);
+  if (in_gemm) g.bias = bias->data;
   g.what = what;
   g.a.data = lhs->data;
   g.a.dtype = lhs->dtype;
@@ -161,7 +186,19 @@ tpu_status_t tpu_kernel_dot_general(const tpu_dot_attrs_t *attrs, const tpu_buf_
   }
   if (st == TPU_OK) st = tpu_gemm_run(&g, pool);
   for (int i = 0; i < 9; i++) free(owned[i]);
+  if (st == TPU_OK && bias && !in_gemm) st = tpu_kernel_binary(TPU_OP_ADD, out, bias, out, pool);
   return st;
+}
+
+tpu_status_t tpu_kernel_dot_general(const tpu_dot_attrs_t *attrs, const tpu_buf_t *lhs,
+                                    const tpu_buf_t *rhs, const tpu_buf_t *out, tpu_pool_t *pool) {
+  return dot_run(attrs, lhs, rhs, NULL, out, pool);
+}
+
+tpu_status_t tpu_kernel_dot_general_bias(const tpu_dot_attrs_t *attrs, const tpu_buf_t *lhs,
+                                         const tpu_buf_t *rhs, const tpu_buf_t *bias,
+                                         const tpu_buf_t *out, tpu_pool_t *pool) {
+  return dot_run(attrs, lhs, rhs, bias, out, pool);
 }
 
 /* ---- reference: one output element at a time, obvious loops ------------------------------ */

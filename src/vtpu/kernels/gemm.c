@@ -227,7 +227,7 @@ static void ukernel_portable(int64_t ksteps, const void *a_, const void *b_, flo
 }
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_portable = {
-    "portable", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, ukernel_portable, NULL, NULL, NULL,
+    "portable", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, ukernel_portable, NULL, NULL, NULL, NULL,
 };
 
 static const tpu_gemm_kernel_t *pick_kernel(tpu_mxu_mode_t mode) {
@@ -394,6 +394,18 @@ static void store_tile(const tpu_gemm_t *g, int64_t b, int64_t i0, int64_t j0, i
 /* C block rows [i0, i0 + mcur) x cols [j0, j0 + ncur) (multiples of mr and nr from 0) of
  * local batch |bl|, from the batch's packed panels at |ab| and |bb|; |scratch|: an (mc, nc)
  * f32 tile when C is not written directly. */
+/* c[i][j] += bias[j] on a finished tile of f32 C (the kernel's vector loop, else this). */
+static void add_bias(const tpu_gemm_kernel_t *kern, float *c, int64_t ldc, int rows, int cols,
+                     const float *bias) {
+  if (kern->add_bias) {
+    kern->add_bias(c, ldc, rows, cols, bias);
+    return;
+  }
+  for (int i = 0; i < rows; i++) {
+    for (int j = 0; j < cols; j++) c[i * ldc + j] += bias[j];
+  }
+}
+
 static void run_block(const gemm_ctx *x, const char *ab, const char *bb, int64_t bl, int64_t i0,
                       int64_t j0, int64_t mcur, int64_t ncur, float *scratch) {
   const tpu_gemm_t *g = x->g;
@@ -414,6 +426,8 @@ static void run_block(const gemm_ctx *x, const char *ab, const char *bb, int64_t
   for (int64_t pc = 0; pc < x->ksteps; pc += kern->kc) {
     int64_t kcur = x->ksteps - pc < kern->kc ? x->ksteps - pc : kern->kc;
     bool acc = pc > 0;
+    /* the bias goes onto each tile after its last k block, while the tile is in L1 */
+    const float *bias = g->bias && pc + kcur == x->ksteps ? g->bias + j0 : NULL;
     for (int64_t jr = 0; jr < ncur; jr += nr) {
       const char *bp = bb + ((size_t)((j0 + jr) / nr) * (size_t)x->ksteps + (size_t)pc) * nr * 4;
       int nn = (int)(ncur - jr < nr ? ncur - jr : nr);
@@ -423,19 +437,18 @@ static void run_block(const gemm_ctx *x, const char *ab, const char *bb, int64_t
         float *ct = cbase + ir * ldc + jr;
         if (mn == mr && nn == nr) {
           kern->ukernel(kcur, ap, bp, ct, ldc, acc);
-          continue;
-        }
-        if (nn == nr && kern->ukernel_rows) { /* the panel's last rows, in place */
+        } else if (nn == nr && kern->ukernel_rows) { /* the panel's last rows, in place */
           kern->ukernel_rows(mn, kcur, ap, bp, ct, ldc, acc);
-          continue;
+        } else {
+          /* edge tile through a local (mr, nr) tile; its rows and columns past the edge
+           * hold whatever the zero-padded panels produce and are never copied back */
+          if (acc) {
+            for (int i = 0; i < mn; i++) memcpy(edge + i * nr, ct + i * ldc, (size_t)nn * 4);
+          }
+          kern->ukernel(kcur, ap, bp, edge, nr, acc);
+          for (int i = 0; i < mn; i++) memcpy(ct + i * ldc, edge + i * nr, (size_t)nn * 4);
         }
-        /* edge tile through a local (mr, nr) tile; its rows and columns past the edge
-         * hold whatever the zero-padded panels produce and are never copied back */
-        if (acc) {
-          for (int i = 0; i < mn; i++) memcpy(edge + i * nr, ct + i * ldc, (size_t)nn * 4);
-        }
-        kern->ukernel(kcur, ap, bp, edge, nr, acc);
-        for (int i = 0; i < mn; i++) memcpy(ct + i * ldc, edge + i * nr, (size_t)nn * 4);
+        if (bias) add_bias(kern, ct, ldc, mn, nn, bias + jr);
       }
     }
   }
@@ -614,6 +627,20 @@ void tpu_gemm_workspace_put(void *p, tpu_gemm_ws_t *w) {
   }
 }
 
+/* C += bias on every row, for the paths that do not add it per tile (f64, K = 0, the
+ * small-matrix and direct paths). */
+static void add_bias_rows(const tpu_gemm_t *g) {
+  float *c = g->c.data;
+  for (int64_t b = 0; b < g->c.batch.size; b++) {
+    for (int64_t i = 0; i < g->c.rows.size; i++) {
+      int64_t ro = boff(&g->c, b) + tpu_gemm_axis_offset(&g->c.rows, i);
+      for (int64_t j = 0; j < g->c.cols.size; j++) {
+        c[ro + tpu_gemm_axis_offset(&g->c.cols, j)] += g->bias[j];
+      }
+    }
+  }
+}
+
 static tpu_status_t gemm_zero(const tpu_gemm_t *g) {
   for (int64_t b = 0; b < g->c.batch.size; b++) {
     for (int64_t i = 0; i < g->c.rows.size; i++) {
@@ -732,13 +759,20 @@ void tpu_gemm_team_for(const tpu_gemm_team_t *team, int64_t n, int64_t grain, tp
 static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
                                tpu_pool_t *pool, bool allow_small) {
   TPU_RETURN_IF_ERROR(gemm_check(g));
+  if (g->bias && g->c.dtype != TPU_F32) {
+    return tpu_status_set(TPU_ERR_INTERNAL, "%s: a bias needs an f32 result", g->what);
+  }
   if (!kern->ukernel || kern->mr > GEMM_MAX_WIDTH || kern->nr > GEMM_MAX_WIDTH ||
       kern->mc % kern->mr != 0 || kern->nc % kern->nr != 0 || kern->kc < 1) {
     return tpu_status_set(TPU_ERR_INTERNAL, "%s: bad GEMM kernel %s", g->what, kern->name);
   }
   int64_t M = g->a.rows.size, N = g->b.cols.size, K = g->a.cols.size;
   if (g->c.batch.size == 0 || M == 0 || N == 0) return TPU_OK;
-  if (K == 0) return gemm_zero(g);
+  if (K == 0) {
+    gemm_zero(g);
+    if (g->bias) add_bias_rows(g);
+    return TPU_OK;
+  }
   int64_t work; /* multiply-adds, saturating */
   if (__builtin_mul_overflow(g->c.batch.size, M, &work) || __builtin_mul_overflow(work, N, &work) ||
       __builtin_mul_overflow(work, K, &work)) {
@@ -763,11 +797,13 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
     if (atomic_load(&fx.failed)) {
       return tpu_status_set(TPU_ERR_OUT_OF_MEMORY, "%s: no host memory for a row", g->what);
     }
+    if (g->bias) add_bias_rows(g);
     return TPU_OK;
   }
 
   if (allow_small &&
       (tpu_gemm_small_run(g, kern, &team) || tpu_gemm_direct_run(g, kern, &team))) {
+    if (g->bias) add_bias_rows(g);
     return TPU_OK;
   }
   if (team.helpers_only && work < kHelperWork) team = (tpu_gemm_team_t){NULL, true, 1};
@@ -896,5 +932,6 @@ tpu_status_t tpu_gemm_ref(const tpu_gemm_t *g) {
       }
     }
   }
+  if (g->bias && g->c.dtype == TPU_F32) add_bias_rows(g);
   return TPU_OK;
 }

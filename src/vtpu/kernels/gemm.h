@@ -160,9 +160,14 @@ typedef struct tpu_gemm {
   const char *what;          /* kernel name for error messages ("dot_general") */
   tpu_gemm_matrix_t a, b, c; /* same batch size; C must not overlap A or B */
   tpu_mxu_plan_t plan;
+  /* NULL, or (N,) f32 values added to every row of an f32 C after the product (one f32
+   * add of the rounded product: the bits of a separate ADD), while each tile is still in
+   * L1 (a linear layer's bias) */
+  const float *bias;
 } tpu_gemm_t;
 
-/* C = A x B with plan's numerics, on |pool| (NULL: calling thread). K = 0 writes zeros. */
+/* C = A x B (+ bias) with plan's numerics, on |pool| (NULL: calling thread). K = 0 writes
+ * zeros (plus the bias). */
 tpu_status_t tpu_gemm_run(const tpu_gemm_t *g, tpu_pool_t *pool);
 
 /* Naive triple loop with the same numerics, pass-major, k ascending (tests, references). */

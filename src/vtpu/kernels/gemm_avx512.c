@@ -182,6 +182,19 @@ TPU_AVX512 static void ukernel_f32_14x32(int64_t ksteps, const void *a_, const v
 #undef STORE
 }
 
+/* c[i][j] += bias[j] on a finished (rows, cols <= 32) tile of f32 C, still in L1: the
+ * same f32 adds as the separate epilogue it replaces. */
+TPU_AVX512 static void add_bias_avx512(float *c, int64_t ldc, int rows, int cols,
+                                       const float *bias) {
+  const __mmask16 m0 = first_n(cols < 16 ? cols : 16), m1 = first_n(cols > 16 ? cols - 16 : 0);
+  const __m512 b0 = _mm512_maskz_loadu_ps(m0, bias), b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  for (int i = 0; i < rows; i++) {
+    float *r = c + i * ldc;
+    _mm512_mask_storeu_ps(r, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, r), b0));
+    _mm512_mask_storeu_ps(r + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, r + 16), b1));
+  }
+}
+
 /* ---- bf16 packer ----------------------------------------------------------------------------- */
 
 /* 16 values (n valid) at |s| + off[j] elements, component |comp|, as u16. */
@@ -602,10 +615,11 @@ bool tpu_gemm_pack_rows_f32_avx512(const tpu_gemm_panel_src_t *src, int width, i
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
     "avx512_bf16", TPU_GEMM_FORMAT_BF16, MR, NR, 256, 112, 512, ukernel_bf16_14x32,
     tpu_gemm_pack_panel_bf16_avx512, tpu_gemm_pack_rows_bf16_avx512, ukernel_bf16_rows,
+    add_bias_avx512,
 };
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
     "avx512", TPU_GEMM_FORMAT_F32, MR, NR, 512, 224, 512, ukernel_f32_14x32,
-    tpu_gemm_pack_panel_f32_avx512, tpu_gemm_pack_rows_f32_avx512, NULL,
+    tpu_gemm_pack_panel_f32_avx512, tpu_gemm_pack_rows_f32_avx512, NULL, add_bias_avx512,
 };
 
 bool tpu_gemm_have_x86_kernels(void) { return true; }
@@ -639,10 +653,10 @@ bool tpu_gemm_pack_rows_f32_avx512(const tpu_gemm_panel_src_t *src, int width, i
 }
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
-    "avx512_bf16", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL,
+    "avx512_bf16", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL, NULL,
 };
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
-    "avx512", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL,
+    "avx512", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL, NULL,
 };
 bool tpu_gemm_have_x86_kernels(void) { return false; }
 

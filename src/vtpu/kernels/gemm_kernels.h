@@ -60,6 +60,9 @@ typedef struct tpu_gemm_kernel {
   tpu_gemm_pack_rows_fn pack_rows;   /* this ISA's whole-row packer; NULL: panel by panel */
   /* a panel's last rows in place; NULL: through ukernel on a local tile, then copied */
   tpu_gemm_ukernel_rows_fn ukernel_rows;
+  /* c[i][j] += bias[j] for i < rows, j < cols (cols <= nr) on a finished tile; NULL: a
+   * plain loop */
+  void (*add_bias)(float *c, int64_t ldc, int rows, int cols, const float *bias);
 } tpu_gemm_kernel_t;
 
 /* Packs rows [w0, w0 + width) of |src| (zero past the end) into the panel at |dst| in
