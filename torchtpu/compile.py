@@ -43,6 +43,8 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
+from torchtpu import partition
+
 _ids = itertools.count(1)
 _seen = []  # (kind, graph nodes, input description) of every graph captured, for the log
 _log_recompiles = os.environ.get("TORCHTPU_LOG_RECOMPILES", "0") not in ("", "0")
@@ -354,6 +356,9 @@ _decompositions = core_aten_decompositions()
 aot_backend = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
                            inference_compiler=_compiler("inference"),
                            decompositions=_decompositions,
+                           # what the forward saves: the default partitioner, after a
+                           # rewrite that lets GELU's backward reuse the forward's erf
+                           partition_fn=partition.partition,
                            # in-place updates of graph inputs (an optimizer step) stay in
                            # the graph as copy_ into the input, which capture turns into
                            # outputs written straight into the inputs' memory; without

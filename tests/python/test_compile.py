@@ -378,6 +378,34 @@ def test_matmul_with_bias_and_activation_is_one_kernel():
     assert g.stats()["kernels"] == 1, g.describe()
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_backward_reuses_the_forward_erf(approximate):
+    """The exact GELU's backward takes 0.5 (1 + erf(x / sqrt 2)) from the forward (which
+    saves it) instead of computing the erf again (torchtpu/partition.py); the tanh form is
+    left alone. Gradients as in eager mode."""
+    x = torch.randn(64, 256)
+    w = torch.randn(256, 256) / 16
+
+    def loss(x, w):
+        return (F.gelu(x @ w, approximate=approximate) ** 2).sum()
+    xt, wt = x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_()
+    compiled = torch.compile(loss, backend="tpu")
+    for _ in range(2):
+        xt.grad = wt.grad = None
+        compiled(xt, wt).backward()
+    backward = [g for g in tc.graphs if g.kind == "backward" and g.stats()["plans"] > 0]
+    assert len(backward) == 1
+    text = str(backward[0].describe())
+    if approximate == "none":
+        assert "ERF" not in text and "EXP" in text, text
+    else:
+        assert "TANH" in text, text
+    xe, we = x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_()
+    loss(xe, we).backward()  # eager: gelu_backward's own formula, erf and all
+    torch.testing.assert_close(xt.grad.cpu(), xe.grad.cpu(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(wt.grad.cpu(), we.grad.cpu(), atol=1e-4, rtol=1e-4)
+
+
 def graphs_of(fn, *args, backend="tpu", steps=2, grad=False):
     """Outputs of |steps| calls of fn compiled with |backend|, and the graphs it made."""
     torch._dynamo.reset()
