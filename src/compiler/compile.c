@@ -1105,7 +1105,9 @@ tpu_status_t tpu_executable_describe(const tpu_executable_t *exe, tpu_allocator_
         text_put(&t, " -> scratch");
       }
     }
-    if (s->fused && s->fused->post_bias) text_put(&t, " (the matmul adds the bias)");
+    if (s->fused && s->fused->post_bias) {
+      text_put(&t, " (the matmul adds the bias)");
+    }
     text_put(&t, "\n");
   }
   if (t.st != TPU_OK) {

@@ -398,8 +398,9 @@ static tpu_status_t run_fused(const step_t *s, tpu_buf_t *in, const tpu_buf_t *o
       TPU_RETURN_IF_ERROR(tpu_kernel_reduce(a->reduce.kind, &in[0], a->reduce.dims, &head_out, pool));
       break;
     case TPU_OP_DOT_GENERAL:
-      if (f->post_bias) {
-        return tpu_kernel_dot_general_bias(&a->dot, &in[0], &in[1], &in[f->post_in], out, pool);
+      if (f->post_bias) { /* the epilogue is out = dot + bias: the kernel adds it */
+        const tpu_buf_t *bias = &in[f->post_in];
+        return tpu_kernel_dot_general_bias(&a->dot, &in[0], &in[1], bias, out, pool);
       }
       TPU_RETURN_IF_ERROR(tpu_kernel_dot_general(&a->dot, &in[0], &in[1], &head_out, pool));
       break;

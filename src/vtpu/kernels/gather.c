@@ -47,8 +47,8 @@ static void copy_slice(const gjob_t *g, int64_t xo, int64_t oo) {
     tpu_copy_elem(out, oo, x, xo, es);
     return;
   }
-  if (sl->rank == 1 && sl->strides[0][0] == 1 && sl->strides[1][0] == 1) { /* one run: a row
-                                                                            * of an embedding */
+  /* one contiguous run (a row of an embedding): no loop machinery */
+  if (sl->rank == 1 && sl->strides[0][0] == 1 && sl->strides[1][0] == 1) {
     memcpy(out + oo * (int64_t)es, x + xo * (int64_t)es, (size_t)sl->dims[0] * es);
     return;
   }

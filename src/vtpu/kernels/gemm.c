@@ -227,7 +227,8 @@ static void ukernel_portable(int64_t ksteps, const void *a_, const void *b_, flo
 }
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_portable = {
-    "portable", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, ukernel_portable, NULL, NULL, NULL, NULL,
+    "portable", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, ukernel_portable, NULL, NULL, NULL,
+    NULL,
 };
 
 static const tpu_gemm_kernel_t *pick_kernel(tpu_mxu_mode_t mode) {
@@ -391,9 +392,6 @@ static void store_tile(const tpu_gemm_t *g, int64_t b, int64_t i0, int64_t j0, i
   }
 }
 
-/* C block rows [i0, i0 + mcur) x cols [j0, j0 + ncur) (multiples of mr and nr from 0) of
- * local batch |bl|, from the batch's packed panels at |ab| and |bb|; |scratch|: an (mc, nc)
- * f32 tile when C is not written directly. */
 /* c[i][j] += bias[j] on a finished tile of f32 C (the kernel's vector loop, else this). */
 static void add_bias(const tpu_gemm_kernel_t *kern, float *c, int64_t ldc, int rows, int cols,
                      const float *bias) {
@@ -406,6 +404,10 @@ static void add_bias(const tpu_gemm_kernel_t *kern, float *c, int64_t ldc, int r
   }
 }
 
+/* C block rows [i0, i0 + mcur) x cols [j0, j0 + ncur) (multiples of mr and nr from 0) of
+ * local batch |bl|, from the batch's packed panels at |ab| and |bb|; |scratch|: an (mc, nc)
+ * f32 tile when C is not written directly. With g->bias, each tile gets it after its last
+ * k block. */
 static void run_block(const gemm_ctx *x, const char *ab, const char *bb, int64_t bl, int64_t i0,
                       int64_t j0, int64_t mcur, int64_t ncur, float *scratch) {
   const tpu_gemm_t *g = x->g;

@@ -487,7 +487,7 @@ bool tpu_gemm_pack_panel_f32_avx512(const tpu_gemm_panel_src_t *src, int64_t w0,
  * (masked past W), converted and interleaved, and stored with the panel's width as mask.
  * |n0|, |n1|: the rows asked for ahead (NULL: none). The common case of pack_rows_bf16,
  * kept out of its general loop, where the compiler spilled the loaded vectors to the
- * stack: 2.3-3x faster (0.19-0.34 ns per element before, on the GPT step's shapes). */
+ * stack: about 2x faster (0.19-0.34 -> 0.10-0.17 ns per element on the GPT step's shapes). */
 TPU_AVX512BF16 static void pack_pair_f32(const float *r0, const float *r1, const char *n0,
                                          const char *n1, int64_t W, int width,
                                          int64_t npanels, uint32_t *row,

@@ -4,7 +4,8 @@
  * reports avx2_fma. Same structure as reduce_avx512.c with 8-lane vectors: rows use 8 ymm
  * accumulators, short rows (softmax, layer norm) go 8 at a time with their horizontal
  * folds transposed together, columns take 64 columns (8 ymm) at a time down the rows (a
- * tile is at most 128 wide). Tails go through a small identity-padded buffer. MAX/MIN track NaN with an unordered compare.
+ * tile is at most 128 wide). Tails go through a small identity-padded buffer. MAX/MIN track
+ * NaN with an unordered compare.
  */
 #include <math.h>
 
