@@ -1,18 +1,19 @@
 """How compile mode splits AOTAutograd's joint graph into a forward and a backward: PyTorch's
 default partitioner, after a rewrite that lets the backward reuse what the forward computed.
 
-GELU (exact, the erf form): the forward runs aten.gelu(x) whole, and its backward, decomposed
-by the core-ATen decompositions, computes erf(x / sqrt 2) again, then 0.5 (1 + erf), before
-the exp of its derivative: on the host the erf is the dearer half of the backward's largest
-elementwise kernel (the GPT example's MLP: 46 us of the backward's 1030). Here the forward's
-gelu becomes the same ops its backward spells out,
+GELU (exact, the erf form, on f32): the forward runs aten.gelu(x) whole, and its backward,
+decomposed by the core-ATen decompositions, computes erf(x / sqrt 2) again, then
+0.5 (1 + erf), before the exp of its derivative: on the host the erf is the dearer half of
+the backward's largest elementwise kernel (the GPT example's MLP: 46 us of the backward's
+1030). Here the forward's gelu becomes the same ops its backward spells out,
 
     cdf = (erf(x * M_SQRT1_2) + 1) * 0.5,    gelu = x * cdf,
 
 and the backward's copies of those four ops are replaced by the forward's, so the forward
 saves cdf (one more tensor the size of x) and the backward only computes the exp. The
 values are the same bits as before: x * 0.5 * (1 + erf(...)) and x * (0.5 * (1 + erf(...)))
-differ only in where the exact halving happens.
+differ only in where the exact halving happens. (bf16 / f16 GELUs are left alone: aten.gelu
+rounds once, the ops one by one would round after each.)
 """
 import torch
 from torch._functorch.partitioners import default_partition
@@ -23,8 +24,10 @@ M_SQRT1_2 = 0.7071067811865476
 
 
 def partition(joint, joint_inputs, **kwargs):
-    """aot_autograd's partition_fn: default_partition after _share_gelu_cdf."""
-    if _share_gelu_cdf(joint.graph, detect_fake_mode(joint_inputs)):
+    """aot_autograd's partition_fn: default_partition after _share_gelu_cdf (which needs the
+    fake tensors the joint graph was traced with, to give its new nodes their values)."""
+    fake_mode = detect_fake_mode(joint_inputs)
+    if fake_mode is not None and _share_gelu_cdf(joint.graph, fake_mode):
         joint.recompile()
     return default_partition(joint, joint_inputs, **kwargs)
 
@@ -37,6 +40,9 @@ def _share_gelu_cdf(graph, fake_mode):
         if gelu.kwargs.get("approximate", "none") != "none" or len(gelu.args) != 1:
             continue
         x = gelu.args[0]
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.dtype != torch.float32:
+            continue  # bf16 / f16: aten.gelu rounds once, the ops would round each time
         with graph.inserting_before(gelu):
             chain = [graph.call_function(aten.mul.Tensor, (x, M_SQRT1_2))]
             chain.append(graph.call_function(aten.erf.default, (chain[-1],)))
