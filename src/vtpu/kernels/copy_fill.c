@@ -57,14 +57,19 @@ void tpu_ew_copy_run(char *dst, const char *src, size_t bytes) {
     }                                                                   \
   } while (0)
 
-/* One value of |size| bytes at |in| into the |n| contiguous elements at |out|: a 64-byte
- * pattern copied in fixed-size pieces (vector stores), as fill does. */
+/* |bytes| at |out| from a 64-byte pattern, in fixed-size pieces (vector stores): a value
+ * repeated over a run, for fill and for a copy of a broadcast value. */
+static void pattern_run(const unsigned char pat[64], char *out, size_t bytes) {
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) memcpy(out + i, pat, 64);
+  if (i < bytes) memcpy(out + i, pat, bytes - i);
+}
+
+/* One value of |size| bytes at |in| into the |n| contiguous elements at |out|. */
 static void spread_run(size_t size, char *out, const char *in, int64_t n) {
   unsigned char pat[64];
   for (size_t b = 0; b < sizeof pat; b += size) memcpy(pat + b, in, size);
-  size_t bytes = (size_t)n * size, i = 0;
-  for (; i + 64 <= bytes; i += 64) memcpy(out + i, pat, 64);
-  if (i < bytes) memcpy(out + i, pat, bytes - i);
+  pattern_run(pat, out, (size_t)n * size);
 }
 
 void tpu_ew_copy_row(size_t size, char *out, int64_t so, const char *in, int64_t si,
@@ -215,15 +220,13 @@ typedef struct fill_ctx {
 } fill_ctx;
 
 /* A contiguous run of |bytes| (a multiple of the element size): memset, or the 64-byte
- * pattern in fixed-size pieces (vector stores). */
+ * pattern. */
 static void fill_run(const fill_ctx *c, char *out, size_t bytes) {
   if (c->bytewise) {
     memset(out, c->pat[0], bytes);
     return;
   }
-  size_t i = 0;
-  for (; i + 64 <= bytes; i += 64) memcpy(out + i, c->pat, 64);
-  if (i < bytes) memcpy(out + i, c->pat, bytes - i);
+  pattern_run(c->pat, out, bytes);
 }
 
 static void fill_seg(void *arg, const tpu_ew_seg_t *s) {

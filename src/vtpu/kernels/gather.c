@@ -37,33 +37,37 @@ typedef struct gjob {
   int64_t err_b, err_value, err_dim;
 } gjob_t;
 
-/* Copies one slice from x offset xo to out offset oo. */
-static void copy_slice(const gjob_t *g, int64_t xo, int64_t oo) {
-  const tpu_loop_t *sl = &g->slice;
+/* Copies |run| elements from x offset xs (stride sx) to out offset os (stride so). */
+static void copy_run(const gjob_t *g, int64_t xs, int64_t sx, int64_t os, int64_t so,
+                     int64_t run) {
   const char *x = g->x->data;
   char *out = g->out->data;
   size_t es = g->esize;
-  if (sl->rank == 0) {
-    tpu_copy_elem(out, oo, x, xo, es);
-    return;
+  if (sx == 1 && so == 1) {
+    memcpy(out + os * (int64_t)es, x + xs * (int64_t)es, (size_t)run * es);
+  } else {
+    for (int64_t i = 0; i < run; i++) tpu_copy_elem(out, os + i * so, x, xs + i * sx, es);
   }
-  /* one contiguous run (a row of an embedding): no loop machinery */
-  if (sl->rank == 1 && sl->strides[0][0] == 1 && sl->strides[1][0] == 1) {
-    memcpy(out + oo * (int64_t)es, x + xo * (int64_t)es, (size_t)sl->dims[0] * es);
+}
+
+/* Copies one slice from x offset xo to out offset oo. */
+static void copy_slice(const gjob_t *g, int64_t xo, int64_t oo) {
+  const tpu_loop_t *sl = &g->slice;
+  if (sl->rank == 0) {
+    tpu_copy_elem(g->out->data, oo, g->x->data, xo, g->esize);
     return;
   }
   int in = sl->rank - 1;
   int64_t run = sl->dims[in], sx = sl->strides[0][in], so = sl->strides[1][in];
+  if (in == 0) { /* one run (a row of an embedding): no loop machinery */
+    copy_run(g, xo, sx, oo, so, run);
+    return;
+  }
   int64_t nruns = tpu_loop_numel(sl) / run;
   tpu_loop_pos_t pos;
   tpu_loop_seek(sl, in, 0, &pos);
   for (int64_t r = 0; r < nruns; r++) {
-    int64_t xs = xo + pos.off[0], os = oo + pos.off[1];
-    if (sx == 1 && so == 1) {
-      memcpy(out + os * (int64_t)es, x + xs * (int64_t)es, (size_t)run * es);
-    } else {
-      for (int64_t i = 0; i < run; i++) tpu_copy_elem(out, os + i * so, x, xs + i * sx, es);
-    }
+    copy_run(g, xo + pos.off[0], sx, oo + pos.off[1], so, run);
     tpu_loop_step(sl, in, &pos);
   }
 }

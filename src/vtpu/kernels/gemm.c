@@ -934,6 +934,5 @@ tpu_status_t tpu_gemm_ref(const tpu_gemm_t *g) {
       }
     }
   }
-  if (g->bias && g->c.dtype == TPU_F32) add_bias_rows(g);
   return TPU_OK;
 }

@@ -170,7 +170,8 @@ typedef struct tpu_gemm {
  * zeros (plus the bias). */
 tpu_status_t tpu_gemm_run(const tpu_gemm_t *g, tpu_pool_t *pool);
 
-/* Naive triple loop with the same numerics, pass-major, k ascending (tests, references). */
+/* Naive triple loop with the same numerics, pass-major, k ascending (tests, references;
+ * C = A x B: no caller gives it a bias). */
 tpu_status_t tpu_gemm_ref(const tpu_gemm_t *g);
 
 /* Builds an axis over the row-major multi-index of |n| dims (sizes |dims|, element

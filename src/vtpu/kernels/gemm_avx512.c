@@ -221,10 +221,11 @@ TPU_AVX512BF16_INLINE static __m512i interleave16(__m256i lo, __m256i hi) {
 }
 
 /* The hi component (bf16, round to nearest even) of the 16 f32 values at |s0| and at
- * |s1|, as 16 pairs (low half from s0): the same bits as load16 of each. */
-TPU_AVX512BF16_INLINE static __m512i pairs_f32(const float *s0, const float *s1) {
-  return interleave16((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s0)),
-                      (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s1)));
+ * |s1| (the lanes of |m|; zero in the others), as 16 pairs (low half from s0): the same
+ * bits as load16 of each. */
+TPU_AVX512BF16_INLINE static __m512i pairs_f32(const float *s0, const float *s1, __mmask16 m) {
+  return interleave16((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s0)),
+                      (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s1)));
 }
 
 /* Rows k and k+1 of the panel are read along w, converted, zero-extended and interleaved
@@ -253,7 +254,7 @@ TPU_AVX512BF16 static void pack_bf16_rows(const tpu_gemm_panel_src_t *src, int64
         __m512i v;
         if (f32_hi && n >= 16 && s1 && run[i / 16]) { /* a whole contiguous run */
           v = pairs_f32((const float *)(const void *)s0 + woff[i],
-                        (const float *)(const void *)s1 + woff[i]);
+                        (const float *)(const void *)s1 + woff[i], 0xffff);
         } else {
           __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
           if (n > 0 && s0) {
@@ -504,9 +505,7 @@ TPU_AVX512BF16 static void pack_pair_f32(const float *r0, const float *r1, const
         _mm_prefetch(n0 + w * 4, _MM_HINT_T0);
         _mm_prefetch(n1 + w * 4, _MM_HINT_T0);
       }
-      __m512i v = interleave16((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(valid, r0 + w)),
-                               (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(valid, r1 + w)));
-      _mm512_mask_storeu_epi32(d + i, store[i / 16], v);
+      _mm512_mask_storeu_epi32(d + i, store[i / 16], pairs_f32(r0 + w, r1 + w, valid));
     }
   }
 }
@@ -514,7 +513,9 @@ TPU_AVX512BF16 static void pack_pair_f32(const float *r0, const float *r1, const
 /* For each k (pair) of [kb, ke), reads the source rows from end to end and writes each run
  * of up to 16 into its panel: two sequential read streams instead of one short strided
  * read per panel and row. Panel i (w from i * width) is at dst + i * panel_stride entries;
- * a width that is not a multiple of 16 ends each panel row with a shorter run. */
+ * a width that is not a multiple of 16 ends each panel row with a shorter run. Pairs of
+ * f32 rows at one pass go through pack_pair_f32; the rest (bf16, other passes, the last odd
+ * row) through the general loop here. */
 TPU_AVX512BF16 static void pack_rows_bf16(const tpu_gemm_panel_src_t *src, int width,
                                           int64_t npanels, int64_t kpass, int64_t kb, int64_t ke,
                                           uint32_t *dst, int64_t panel_stride) {
@@ -544,16 +545,6 @@ TPU_AVX512BF16 static void pack_rows_bf16(const tpu_gemm_panel_src_t *src, int w
           if (n0 && w < W) {
             _mm_prefetch(n0 + w * es, _MM_HINT_T0);
             _mm_prefetch(n1 + w * es, _MM_HINT_T0);
-          }
-          if (f32_hi && k + 1 < K && w + 16 <= W) { /* 16 of each row: unmasked loads */
-            __m512i v = pairs_f32((const float *)(const void *)s0 + w,
-                                  (const float *)(const void *)s1 + w);
-            if (i + 16 <= width) {
-              _mm512_storeu_si512(d + i, v);
-            } else { /* the panel ends first (width 14): the rest belongs to the next one */
-              _mm512_mask_storeu_epi32(d + i, first_n(width - i), v);
-            }
-            continue;
           }
           int n = W - w >= 16 ? 16 : W - w <= 0 ? 0 : (int)(W - w);
           __m256i lo = load16(s0 + w * es, src->dtype, k < K ? n : 0, c);
