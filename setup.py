@@ -121,7 +121,7 @@ bridge = Extension(
     extra_objects=["build/release/libtpu.a"],
     library_dirs=[os.path.join(TORCH_DIR, "lib")],
     runtime_library_dirs=[os.path.join(TORCH_DIR, "lib")],
-    libraries=["c10", "torch_cpu"],
+    libraries=["c10", "torch_cpu", "torch_python"],
     language="c++",
 )
 

@@ -43,7 +43,7 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
-from torchtpu import partition
+from torchtpu import _C, partition
 
 _ids = itertools.count(1)
 _seen = []  # (kind, graph nodes, input description) of every graph captured, for the log
@@ -162,8 +162,8 @@ class _TpuGraph:
                                       all(isinstance(a, torch.Tensor) for a in args)):
             tensors = _inner_tensors(args) if self.wrapped else args
             # replay checks the devices itself (every input on one chip), faster than Python
-            ok, outs = torch.ops.torchtpu.replay(self.fn_id, tensors)
-            if ok:
+            outs = _C._replay(self.fn_id, tensors)
+            if outs is not None:
                 return self._rebuild(self.fn_id, outs)
             fn, desc = self.fn_id, None
         else:
@@ -171,8 +171,8 @@ class _TpuGraph:
             fn = self.variants.get(desc)
             tensors = _inner_tensors(a for a in args if isinstance(a, torch.Tensor))
             if fn is not None:
-                ok, outs = torch.ops.torchtpu.replay(fn, tensors)
-                if ok:
+                outs = _C._replay(fn, tensors)
+                if outs is not None:
                     return self._rebuild(fn, outs)
             elif len(self.variants) >= MAX_SIZE_VARIANTS or not _keyable(args):
                 return self._run(args)  # sizes that keep changing: op by op

@@ -155,6 +155,25 @@ def test_fill_hbm_then_free_one(clean):
     del again
 
 
+def test_compiled_call_out_of_memory_then_recovers(clean):
+    # a compiled call whose outputs do not fit raises torch.OutOfMemoryError from its
+    # replay (torchtpu._C._replay), like an eager op, and replays once memory is free
+    x = torch.randn(1024, 1024, device="tpu")  # 4 MiB, as is the result
+    f = torch.compile(lambda x: x * 2 + 1, backend="tpu")
+    f(x)
+    torch.testing.assert_close(f(x).cpu(), x.cpu() * 2 + 1)  # a replay
+    settle()
+    torch.tpu.empty_cache()
+    free = torch.tpu.get_device_properties(0).total_memory - torch.tpu.memory_reserved()
+    held = torch.empty(free - 2 * MiB, dtype=torch.uint8, device="tpu")  # never written
+    with pytest.raises(torch.OutOfMemoryError) as ei:
+        f(x)
+    assert "compiled" in str(ei.value), str(ei.value)  # the plan's name
+    del held
+    settle()
+    torch.testing.assert_close(f(x).cpu(), x.cpu() * 2 + 1)
+
+
 # ----------------------------------------------------------------------------- statistics
 
 def test_memory_allocated_tracks_tensors(clean):

@@ -431,12 +431,6 @@ bool op_capture_end(int64_t device, int64_t fn, at::TensorList inputs, at::Tenso
   return capture_end(static_cast<c10::DeviceIndex>(device), fn, inputs.vec(), outputs.vec());
 }
 
-std::tuple<bool, std::vector<at::Tensor>> op_replay(int64_t fn, at::TensorList inputs) {
-  std::vector<at::Tensor> out;
-  bool ok = replay(fn, inputs, &out);
-  return {ok, out};
-}
-
 
 }  // namespace
 
@@ -447,7 +441,6 @@ TORCH_LIBRARY(torchtpu, m) {
   m.def("capture_abort(int device) -> ()", &op_capture_abort);
   m.def("capture_end(int device, int fn, Tensor[] inputs, Tensor[] outputs) -> bool",
         &op_capture_end);
-  m.def("replay(int fn, Tensor[] inputs) -> (bool, Tensor[])", &op_replay);
   m.def("plan_stats(int fn) -> int[]", &op_plan_stats);
   m.def("plan_describe(int fn) -> str", &op_plan_describe);
 }

@@ -445,12 +445,15 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-/* The cost model's functions (torchtpu/csrc/cost.cpp). */
+/* The cost model's functions (torchtpu/csrc/cost.cpp) and compile mode's replay
+ * (torchtpu/csrc/replay_py.cpp). */
 extern PyMethodDef tpu_cost_methods[];
+extern PyMethodDef tpu_replay_methods[];
 
 PyMODINIT_FUNC PyInit__C(void) {
   PyObject *m = PyModule_Create(&module);
-  if (m && PyModule_AddFunctions(m, tpu_cost_methods) < 0) {
+  if (m && (PyModule_AddFunctions(m, tpu_cost_methods) < 0 ||
+            PyModule_AddFunctions(m, tpu_replay_methods) < 0)) {
     Py_DECREF(m);
     return NULL;
   }
