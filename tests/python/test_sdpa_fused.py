@@ -3,8 +3,10 @@
 The tpu's _fused_sdp_choice picks PyTorch's "overrideable" backend for dense float inputs
 with equal head counts, no dropout and a mask that broadcasts to the scores; the forward
 (_scaled_dot_product_fused_attention_overrideable) and its backward are each one program:
-one launch per call in strict eager, and the same two ops in compiled graphs. The other
-calls (dropout, GQA) take PyTorch's math path as before.
+one launch per call in strict eager, and the same two ops in compiled graphs, or, where
+the weights P are no larger than q, k and v together, torchtpu's attention_keep_probs pair
+(the forward saves P for the backward; torchtpu/partition.py). The other calls (dropout,
+GQA) take PyTorch's math path as before.
 
 Tolerances, against PyTorch on the CPU (its flash kernel or its math path, both f32):
 - HIGHEST (six bf16 passes, about f32): atol 2e-5 / rtol 1e-5 on outputs and gradients of
@@ -38,6 +40,8 @@ DEFAULT = dict(rtol=2e-2, atol=4e-2)
 BF16 = dict(rtol=3e-2, atol=6e-2)
 FUSED_FWD = "aten._scaled_dot_product_fused_attention_overrideable.default"
 FUSED_BWD = "aten._scaled_dot_product_fused_attention_overrideable_backward.default"
+KEEP_FWD = "torchtpu.attention_keep_probs.default"
+KEEP_BWD = "torchtpu.attention_keep_probs_backward.default"
 
 
 def gen(seed):
@@ -335,7 +339,10 @@ def test_compiled_graphs_hold_the_fused_ops_and_train_like_eager():
         fwd, bwd = graph_targets("forward"), graph_targets("backward")
     finally:
         torch._dynamo.reset()
-    assert FUSED_FWD in fwd and FUSED_BWD in bwd, (fwd, bwd)
+    # P (16 x 16 per head) is smaller than q, k and v (3 x 16 x 8): the forward saves it
+    # (torchtpu/partition.py), the backward does not recompute it
+    assert KEEP_FWD in fwd and KEEP_BWD in bwd, (fwd, bwd)
+    assert not (fwd | bwd) & {FUSED_FWD, FUSED_BWD}, (fwd, bwd)
     # (the loss's log_softmax is the graphs' only other softmax: _log_softmax and its
     # backward's exp)
     math = {"aten._safe_softmax.default", "aten._softmax.default", "aten.amax.default",
@@ -344,6 +351,67 @@ def test_compiled_graphs_hold_the_fused_ops_and_train_like_eager():
     # the core-ATen decompositions reorder a few reductions elsewhere: f32 rounding only
     torch.testing.assert_close(compiled, eager, rtol=2e-5, atol=1e-5)
     assert {g.kind for g in tc.graphs if g.stats()["plans"] > 0} >= {"forward", "backward"}
+
+
+KEEP_CASES = {  # name: (inputs, SDPA kwargs, whether the compiled graphs keep P)
+    "causal": (lambda: qkv(L=6, S=6), dict(is_causal=True), True),
+    "scale_L_ne_S": (lambda: qkv(L=5, S=9, E=8, Ev=6), dict(scale=0.3), True),
+    "3d": (lambda: qkv(lead=(3,), L=5, S=7), dict(is_causal=True), True),
+    "gpt_views": (lambda: GptHeads(T=16, E=8), dict(is_causal=True), True),
+    # P (64 x 64) larger than q, k and v (3 x 64 x 8): the flash-style recompute
+    "long": (lambda: qkv(L=64, S=64, E=8, Ev=8), dict(is_causal=True), False),
+    # a mask (and its gradient) stays with the overrideable pair
+    "bool_mask": (lambda: qkv(L=5, S=7), dict(attn_mask=bool_mask(5, 7)), False),
+}
+
+
+@pytest.mark.parametrize("case", list(KEEP_CASES))
+def test_compiled_training_keeps_small_attention_weights(case):
+    make, kw, keeps = KEEP_CASES[case]
+    tensors = make()
+
+    def step(device, compile):
+        leaves = [t.detach().to(device).requires_grad_() for t in tensors]
+        views = tensors.views if isinstance(tensors, GptHeads) else (lambda *x: list(x))
+
+        def attend(*leaves):
+            q, k, v = views(*leaves)
+            args = {key: (a.to(device) if isinstance(a, torch.Tensor) else a)
+                    for key, a in kw.items()}
+            return F.scaled_dot_product_attention(q, k, v, **args)
+
+        fn = torch.compile(attend, backend="tpu") if compile else attend
+        out = fn(*leaves)
+        out.backward(torch.randn(out.shape, generator=gen(7)).to(device))
+        return [r.detach().cpu() for r in [out] + [t.grad for t in leaves]]
+
+    torch._dynamo.reset()
+    tc.graphs.clear()
+    try:
+        want = step("cpu", False)
+        with torch.tpu.precision("highest"):
+            got = no_fallback(lambda: step("tpu", True))
+        fwd, bwd = graph_targets("forward"), graph_targets("backward")
+    finally:
+        torch._dynamo.reset()
+    assert (KEEP_FWD in fwd and KEEP_BWD in bwd) == keeps, (fwd, bwd)
+    assert (FUSED_FWD in fwd and FUSED_BWD in bwd) != keeps, (fwd, bwd)
+    for name, w, g in zip(["out", "grad 0", "grad 1", "grad 2"], want, got):
+        torch.testing.assert_close(g, w, **HIGHEST, msg=lambda m: f"{name}: {m}")
+
+
+def test_keep_probs_ops_check_their_inputs():
+    q, k, v = (tpu(t) for t in qkv(L=4, S=5))
+    out, probs = torch.ops.torchtpu.attention_keep_probs(q, k, v, False)
+    assert probs.shape == (2, 3, 4, 5) and probs.dtype == torch.float32
+    torch.testing.assert_close(probs.sum(-1).cpu(), torch.ones(2, 3, 4), **HIGHEST)
+    with pytest.raises(RuntimeError, match="attention_keep_probs_backward: probs must be float32"):
+        torch.ops.torchtpu.attention_keep_probs_backward(out, q, k, v, out, probs[..., :4], False)
+    with pytest.raises(RuntimeError, match="attention_keep_probs: query's last dim"):
+        torch.ops.torchtpu.attention_keep_probs(q, k[..., :4], v, False)
+    # the device still works
+    dq, dk, dv = torch.ops.torchtpu.attention_keep_probs_backward(out, q, k, v, out, probs, False)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
 
 
 def test_compiled_inference_and_masks():

@@ -9,8 +9,10 @@
 // recorded under one RecordScope: one launch per call in strict mode, part of the pending
 // graph in fused mode. Compile mode gets the same two ops: Dynamo's fake tensors report the
 // tpu device, so the choice below picks them, and AOTAutograd puts the forward op in the
-// forward graph and the backward op in the backward graph (torchtpu/compile.py needs no
-// rewrite). The ops' meta functions are PyTorch's; the outputs here have their layouts.
+// forward graph and the backward op in the backward graph; where the weights P are small,
+// torchtpu/partition.py swaps the pair for attention_keep_probs and its backward (below),
+// so that the forward saves P. The overrideable ops' meta functions are PyTorch's; the
+// outputs here have their layouts.
 //
 // Shapes: q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev), or 3-D without B; bias
 // broadcastable to (B, H, L, S). The flash-attention arithmetic, in f32:
@@ -209,21 +211,30 @@ at::Tensor as_result(const at::Tensor &value, const at::Tensor &like) {
   return out.copy_(value);
 }
 
-// The forward's arithmetic; writes |out|, returns logsumexp (lead..., L) f32. Its
+// The forward's arithmetic; writes |out|, returns logsumexp (lead..., L) f32. With |probs|,
+// also the normalized weights P = exp(scores - m) / l (lead..., L, S) f32 into *probs, and
+// out = P v (the P the backward then reads) instead of (exp(scores - m) v) / l. Its
 // intermediates die when it returns, before the scope's flush: they are never written.
 at::Tensor attend(const at::Tensor &query, const at::Tensor &key, const at::Tensor &value,
-                  const at::Tensor &bias, bool is_causal, double scale, at::Tensor out) {
+                  const at::Tensor &bias, bool is_causal, double scale, at::Tensor out,
+                  at::Tensor *probs = nullptr) {
   const Batched x(query, key, value);
   const at::Tensor s = scores(x, bias, is_causal, scale);           // (lead..., L, S) f32
   // only a mask can mask every key of a row (is_causal leaves each row its first key):
   // without one the clamps are not recorded (each recorded op costs the host ~4 us)
   at::Tensor m = s.amax(-1);                                        // (lead..., L)
   if (bias.defined()) m = m.clamp_min(kLowest);
-  const at::Tensor p = s.sub(m.unsqueeze(-1)).exp();                // (lead..., L, S)
-  at::Tensor l = p.sum(-1);                                         // (lead..., L)
+  const at::Tensor e = s.sub(m.unsqueeze(-1)).exp();                // (lead..., L, S)
+  at::Tensor l = e.sum(-1);                                         // (lead..., L)
   if (bias.defined()) l = l.clamp_min(1.0);
-  const at::Tensor pv = product(p.to(value.scalar_type()).view({x.n, x.L, x.S}), x.v);
-  at::div_out(out, pv.view(out.sizes()), l.unsqueeze(-1));          // rounded once
+  if (probs) {
+    *probs = e.div(l.unsqueeze(-1));
+    const at::Tensor pv = product(probs->to(value.scalar_type()).view({x.n, x.L, x.S}), x.v);
+    out.copy_(pv.view(out.sizes()));                                // rounded once
+  } else {
+    const at::Tensor pv = product(e.to(value.scalar_type()).view({x.n, x.L, x.S}), x.v);
+    at::div_out(out, pv.view(out.sizes()), l.unsqueeze(-1));        // rounded once
+  }
   return m.add(l.log());
 }
 
@@ -268,11 +279,15 @@ using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 Grads attend_backward(const at::Tensor &grad_out, const at::Tensor &query, const at::Tensor &key,
                       const at::Tensor &value, const at::Tensor &bias, bool want_bias,
                       const at::Tensor &out, const at::Tensor &logsumexp, bool is_causal,
-                      double scale) {
+                      double scale, const at::Tensor &probs = at::Tensor()) {
   const Batched x(query, key, value);
   const at::ScalarType t = query.scalar_type();
-  const at::Tensor s = scores(x, bias, is_causal, scale);
-  const at::Tensor p = s.sub(logsumexp.view(x.shape(x.L, 1))).exp();  // (lead..., L, S) f32
+  // P (lead..., L, S) f32: the forward's, or recomputed from the scores and logsumexp
+  const at::Tensor p = probs.defined()
+                           ? probs.view(x.shape(x.L, x.S))
+                           : scores(x, bias, is_causal, scale)
+                                 .sub(logsumexp.view(x.shape(x.L, 1)))
+                                 .exp();
   const at::Tensor dout = grad_out.reshape({x.n, x.L, x.Ev});
   const at::Tensor dp = product(dout, x.v.transpose(1, 2)).view(x.shape(x.L, x.S));
   const at::Tensor d = (low_precision(t) ? grad_out.to(at::kFloat) : grad_out).mul(out).sum(-1);
@@ -310,6 +325,82 @@ Grads backward(const at::Tensor &grad_out, const at::Tensor &query, const at::Te
   return grads;
 }
 
+// ---- Attention that keeps its weights (compile mode) ------------------------------------
+// torchtpu::attention_keep_probs returns P beside the output, and
+// torchtpu::attention_keep_probs_backward takes that P instead of recomputing it from q, k
+// and the logsumexp: one product and an exp over (L, S) fewer per backward (the GPT
+// example's backward graph: 29 us of about 1000 per layer on the host). Compile mode
+// swaps the overrideable pair in a joint graph for these when P is no larger than q, k and
+// v together (torchtpu/partition.py), so the forward saves P; longer sequences keep the
+// flash-style recompute. No bias (a mask's gradient stays with the overrideable pair).
+std::vector<int64_t> probs_shape(const at::Tensor &query, const at::Tensor &key) {
+  std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end() - 1);
+  shape.push_back(key.size(-2));
+  return shape;
+}
+
+std::vector<int64_t> out_shape_of(const at::Tensor &query, const at::Tensor &value) {
+  std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end());
+  shape.back() = value.size(-1);
+  return shape;
+}
+
+std::tuple<at::Tensor, at::Tensor> forward_keep_probs(const at::Tensor &query,
+                                                      const at::Tensor &key,
+                                                      const at::Tensor &value, bool is_causal,
+                                                      std::optional<double> scale) {
+  check_inputs("attention_keep_probs", query, key, value);
+  at::Tensor out = like_query(query, out_shape_of(query, value), query.scalar_type());
+  at::Tensor probs;
+  if (out.numel() == 0 || key.size(-2) == 0) {  // nothing to attend to: zeros
+    out.zero_();
+    return {out, at::zeros(probs_shape(query, key), query.options().dtype(at::kFloat))};
+  }
+  RecordScope record(query.device().index(), "fused attention", /*whole=*/true);
+  attend(query, key, value, at::Tensor(), is_causal, softmax_scale(query, scale), out, &probs);
+  record.finish();
+  return {out, probs};
+}
+
+std::tuple<at::Tensor, at::Tensor> forward_keep_probs_meta(const at::Tensor &query,
+                                                           const at::Tensor &key,
+                                                           const at::Tensor &value,
+                                                           bool /*is_causal*/,
+                                                           std::optional<double> /*scale*/) {
+  return {like_query(query, out_shape_of(query, value), query.scalar_type()),
+          at::empty(probs_shape(query, key), query.options().dtype(at::kFloat))};
+}
+
+using QkvGrads = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+QkvGrads backward_keep_probs(const at::Tensor &grad_out, const at::Tensor &query,
+                             const at::Tensor &key, const at::Tensor &value,
+                             const at::Tensor &out, const at::Tensor &probs, bool is_causal,
+                             std::optional<double> scale) {
+  constexpr const char *op = "attention_keep_probs_backward";
+  check_inputs(op, query, key, value);
+  TORCH_CHECK(probs.scalar_type() == at::kFloat &&
+                  probs.sizes() == at::IntArrayRef(probs_shape(query, key)),
+              op, ": probs must be float32 of shape ", at::IntArrayRef(probs_shape(query, key)),
+              " (attention_keep_probs's second output), got ", probs.scalar_type(), " ",
+              probs.sizes());
+  if (query.numel() == 0 || key.numel() == 0 || value.numel() == 0) {
+    return {at::zeros_like(query), at::zeros_like(key), at::zeros_like(value)};
+  }
+  RecordScope record(query.device().index(), "fused attention backward", /*whole=*/true);
+  Grads g = attend_backward(grad_out, query, key, value, at::Tensor(), false, out, at::Tensor(),
+                            is_causal, softmax_scale(query, scale), probs);
+  record.finish();
+  return {std::get<0>(g), std::get<1>(g), std::get<2>(g)};
+}
+
+QkvGrads backward_keep_probs_meta(const at::Tensor & /*grad_out*/, const at::Tensor &query,
+                                  const at::Tensor &key, const at::Tensor &value,
+                                  const at::Tensor & /*out*/, const at::Tensor & /*probs*/,
+                                  bool /*is_causal*/, std::optional<double> /*scale*/) {
+  return {at::empty_like(query), at::empty_like(key), at::empty_like(value)};
+}
+
 // F.scaled_dot_product_attention itself (PyTorch's composite), recorded as one program when
 // it will call the fused op with a bool mask: the composite first turns the mask into a
 // float bias (zeros_like, logical_not, masked_fill_), three more launches in strict mode
@@ -343,6 +434,24 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(forward));
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward", TORCH_FN(backward));
   m.impl("scaled_dot_product_attention", TORCH_FN(scaled_dot_product_attention));
+}
+
+TORCH_LIBRARY_FRAGMENT(torchtpu, m) {
+  m.def("attention_keep_probs(Tensor query, Tensor key, Tensor value, bool is_causal, "
+        "float? scale=None) -> (Tensor, Tensor)");
+  m.def("attention_keep_probs_backward(Tensor grad_out, Tensor query, Tensor key, "
+        "Tensor value, Tensor out, Tensor probs, bool is_causal, float? scale=None) "
+        "-> (Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(torchtpu, PrivateUse1, m) {
+  m.impl("attention_keep_probs", TORCH_FN(forward_keep_probs));
+  m.impl("attention_keep_probs_backward", TORCH_FN(backward_keep_probs));
+}
+
+TORCH_LIBRARY_IMPL(torchtpu, Meta, m) {
+  m.impl("attention_keep_probs", TORCH_FN(forward_keep_probs_meta));
+  m.impl("attention_keep_probs_backward", TORCH_FN(backward_keep_probs_meta));
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
