@@ -290,7 +290,13 @@ Grads attend_backward(const at::Tensor &grad_out, const at::Tensor &query, const
                                  .exp();
   const at::Tensor dout = grad_out.reshape({x.n, x.L, x.Ev});
   const at::Tensor dp = product(dout, x.v.transpose(1, 2)).view(x.shape(x.L, x.S));
-  const at::Tensor d = (low_precision(t) ? grad_out.to(at::kFloat) : grad_out).mul(out).sum(-1);
+  // D = rowsum(P * dP) = rowsum(dO * out): with the forward's P, the first (a softmax
+  // backward over rows of S, one fused kernel with dS below); else the second, over rows of
+  // Ev (flash attention's, no (L, S) product for it)
+  const at::Tensor d =
+      probs.defined()
+          ? p.mul(dp).sum(-1)
+          : (low_precision(t) ? grad_out.to(at::kFloat) : grad_out).mul(out).sum(-1);
   const at::Tensor ds = p.mul(dp.sub(d.unsqueeze(-1)));                     // f32
   const at::Tensor ds_scaled = ds.mul(scale).to(t).view({x.n, x.L, x.S});
   const at::Tensor p_t = p.to(t).view({x.n, x.L, x.S}).transpose(1, 2);      // (N, S, L)
