@@ -647,9 +647,10 @@ TEST(edge_rows_in_place) {
 
 TEST(dot_with_bias_matches_dot_then_add) {
   /* dot_general_bias gives the bits of dot_general and then a broadcast ADD: a bias per
-   * column (added on each tile: edge tiles, several k blocks, rows kernels, a helped split,
-   * a batch), per row and a full matrix (added after the product), and the small-matrix
-   * path (batches of 32 x 32); a bf16 result is refused */
+   * column (added as each full tile is stored, else on the tile after it: edge tiles,
+   * several k blocks, rows kernels, a helped split, a batch), per row and a full matrix
+   * (added after the product), and the small-matrix path (batches of 32 x 32); a bf16
+   * result is refused */
   static const struct {
     int64_t b, m, n, k;
     int bias; /* 0: per column, 1: per row, 2: full */

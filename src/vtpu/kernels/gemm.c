@@ -228,7 +228,7 @@ static void ukernel_portable(int64_t ksteps, const void *a_, const void *b_, flo
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_portable = {
     "portable", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, ukernel_portable, NULL, NULL, NULL,
-    NULL,
+    NULL, NULL,
 };
 
 static const tpu_gemm_kernel_t *pick_kernel(tpu_mxu_mode_t mode) {
@@ -437,6 +437,10 @@ static void run_block(const gemm_ctx *x, const char *ab, const char *bb, int64_t
         const char *ap = ab + ((size_t)((i0 + ir) / mr) * (size_t)x->ksteps + (size_t)pc) * mr * 4;
         int mn = (int)(mcur - ir < mr ? mcur - ir : mr);
         float *ct = cbase + ir * ldc + jr;
+        if (mn == mr && nn == nr && bias && kern->ukernel_bias) {
+          kern->ukernel_bias(kcur, ap, bp, ct, ldc, acc, bias + jr);
+          continue; /* the bias is on */
+        }
         if (mn == mr && nn == nr) {
           kern->ukernel(kcur, ap, bp, ct, ldc, acc);
         } else if (nn == nr && kern->ukernel_rows) { /* the panel's last rows, in place */

@@ -172,7 +172,7 @@ bool tpu_gemm_pack_rows_f32_avx2(const tpu_gemm_panel_src_t *src, int width, int
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx2 = {
     "avx2", TPU_GEMM_FORMAT_F32, 6, 16, 256, 96, 512, ukernel_f32_6x16,
-    tpu_gemm_pack_panel_f32_avx2, tpu_gemm_pack_rows_f32_avx2, NULL, NULL,
+    tpu_gemm_pack_panel_f32_avx2, tpu_gemm_pack_rows_f32_avx2, NULL, NULL, NULL,
 };
 
 #else
@@ -191,7 +191,7 @@ bool tpu_gemm_pack_rows_f32_avx2(const tpu_gemm_panel_src_t *src, int width, int
 }
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx2 = {
-    "avx2", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL, NULL,
+    "avx2", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 
 #endif

@@ -37,8 +37,11 @@
 
 /* ---- micro-kernels ---------------------------------------------------------------------- */
 
-TPU_AVX512BF16 static void ukernel_bf16_14x32(int64_t ksteps, const void *a_, const void *b_,
-                                              float *c, int64_t ldc, bool accumulate) {
+/* The (MR, NR) tile; with |bias| (NR f32), c[i][j] = acc + bias[j] as it is stored: the
+ * same f32 add as add_bias_avx512 after the store, without the second pass over the tile. */
+TPU_AVX512BF16_INLINE static void tile_bf16_14x32(int64_t ksteps, const void *a_, const void *b_,
+                                                  float *c, int64_t ldc, bool accumulate,
+                                                  const float *bias) {
   const int32_t *a = a_; /* (ksteps, 14) bf16 pairs */
   const char *b = b_;    /* (ksteps, 32) bf16 pairs: 128 bytes per step */
 #define DECL(i) __m512 c##i##0, c##i##1;
@@ -75,11 +78,30 @@ TPU_AVX512BF16 static void ukernel_bf16_14x32(int64_t ksteps, const void *a_, co
     b += 128;
   }
   for (int64_t p = ksteps; p < c_lines; p++) PREFETCH_C_LINE(c, ldc, p); /* short K */
+  if (bias) {
+    const __m512 bias0 = _mm512_loadu_ps(bias), bias1 = _mm512_loadu_ps(bias + 16);
+#define ADD_BIAS(i)                          \
+  c##i##0 = _mm512_add_ps(c##i##0, bias0); \
+  c##i##1 = _mm512_add_ps(c##i##1, bias1);
+    ROWS14(ADD_BIAS)
+#undef ADD_BIAS
+  }
 #define STORE(i)                            \
   _mm512_storeu_ps(c + (i) * ldc, c##i##0); \
   _mm512_storeu_ps(c + (i) * ldc + 16, c##i##1);
   ROWS14(STORE)
 #undef STORE
+}
+
+TPU_AVX512BF16 static void ukernel_bf16_14x32(int64_t ksteps, const void *a, const void *b,
+                                              float *c, int64_t ldc, bool accumulate) {
+  tile_bf16_14x32(ksteps, a, b, c, ldc, accumulate, NULL);
+}
+
+TPU_AVX512BF16 static void ukernel_bf16_14x32_bias(int64_t ksteps, const void *a, const void *b,
+                                                   float *c, int64_t ldc, bool accumulate,
+                                                   const float *bias) {
+  tile_bf16_14x32(ksteps, a, b, c, ldc, accumulate, bias);
 }
 
 /* The first |R| rows (1 .. MR - 1) of a bf16 tile: a panel's last rows when M is not a
@@ -606,11 +628,11 @@ bool tpu_gemm_pack_rows_f32_avx512(const tpu_gemm_panel_src_t *src, int width, i
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
     "avx512_bf16", TPU_GEMM_FORMAT_BF16, MR, NR, 256, 112, 512, ukernel_bf16_14x32,
     tpu_gemm_pack_panel_bf16_avx512, tpu_gemm_pack_rows_bf16_avx512, ukernel_bf16_rows,
-    add_bias_avx512,
+    add_bias_avx512, ukernel_bf16_14x32_bias,
 };
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
     "avx512", TPU_GEMM_FORMAT_F32, MR, NR, 512, 224, 512, ukernel_f32_14x32,
-    tpu_gemm_pack_panel_f32_avx512, tpu_gemm_pack_rows_f32_avx512, NULL, add_bias_avx512,
+    tpu_gemm_pack_panel_f32_avx512, tpu_gemm_pack_rows_f32_avx512, NULL, add_bias_avx512, NULL,
 };
 
 bool tpu_gemm_have_x86_kernels(void) { return true; }
@@ -645,9 +667,10 @@ bool tpu_gemm_pack_rows_f32_avx512(const tpu_gemm_panel_src_t *src, int width, i
 
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512_bf16 = {
     "avx512_bf16", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL, NULL,
+    NULL,
 };
 const tpu_gemm_kernel_t tpu_gemm_kernel_avx512 = {
-    "avx512", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL, NULL,
+    "avx512", TPU_GEMM_FORMAT_F32, 4, 16, 256, 64, 256, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 bool tpu_gemm_have_x86_kernels(void) { return false; }
 

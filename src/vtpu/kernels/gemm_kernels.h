@@ -63,6 +63,10 @@ typedef struct tpu_gemm_kernel {
   /* c[i][j] += bias[j] for i < rows, j < cols (cols <= nr) on a finished tile; NULL: a
    * plain loop */
   void (*add_bias)(float *c, int64_t ldc, int rows, int cols, const float *bias);
+  /* ukernel that also adds bias[j] (nr f32) to each element as it stores it, bit for bit
+   * ukernel then add_bias; NULL: those two */
+  void (*ukernel_bias)(int64_t ksteps, const void *a, const void *b, float *c, int64_t ldc,
+                       bool accumulate, const float *bias);
 } tpu_gemm_kernel_t;
 
 /* Packs rows [w0, w0 + width) of |src| (zero past the end) into the panel at |dst| in
