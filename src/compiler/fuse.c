@@ -49,8 +49,7 @@ static bool float_binary(tpu_op_t op) {
   }
 }
 
-/* An elementwise node a program can compute. */
-static bool ew_fusible(const tpu_graph_t *g, const tpu_node_t *n) {
+bool tpu_fuse_elementwise(const tpu_graph_t *g, const tpu_node_t *n) {
   const tpu_value_t *o = n->operands;
   switch (n->op) {
     case TPU_OP_CONVERT:
@@ -210,7 +209,7 @@ static int new_group(fuse_plan_t *p, tpu_value_t v, tpu_value_t head) {
 static void plan_groups(const tpu_graph_t *g, fuse_plan_t *p, plan_scratch_t *s) {
   for (int v = p->n - 1; v >= 0; v--) {
     const tpu_node_t *node = tpu_graph_node(g, v);
-    bool ew = ew_fusible(g, node), head = !ew && head_fusible(g, node);
+    bool ew = tpu_fuse_elementwise(g, node), head = !ew && head_fusible(g, node);
     int gi = -1;
     unsigned char role = ROLE_NONE;
     int ug = s->user_group[v];

@@ -79,6 +79,9 @@ tpu_status_t tpu_fuse_plan(const tpu_graph_t *g, bool enabled, tpu_allocator_t h
                            fuse_plan_t *plan);
 void tpu_fuse_plan_free(fuse_plan_t *plan, tpu_allocator_t host);
 
+/* Whether |n| is an elementwise node a fused program can compute (float ops on f32, bf16
+ * or f16; COMPARE and SELECT with their predicates). */
+bool tpu_fuse_elementwise(const tpu_graph_t *g, const tpu_node_t *n);
 /* The fused step whose root is |v|, or NULL. */
 const fuse_step_t *tpu_fuse_step_at(const fuse_plan_t *plan, tpu_value_t v);
 /* Whether |v| is computed inside a fused step (and has no value of its own, unless the

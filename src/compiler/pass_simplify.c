@@ -8,6 +8,11 @@
  *   reshape(reshape(x)), reshape to x's shape   -> one reshape, or x
  *   broadcast_in_dim(broadcast_in_dim(x))       -> one broadcast; identity broadcast -> x
  *   broadcast_in_dim(convert(x)), f32/bf16/f16 -> convert(broadcast_in_dim(x)) (fusable)
+ *   broadcast_in_dim(f(a, b)) of one element, f a fusible float op, every user of the
+ *     broadcast fusible elementwise -> f(broadcast(a), broadcast(b)), down a chain of up to
+ *     PUSH_MAX ops: the chain joins its users' fused program, where a value that is the
+ *     same for every element is computed once per run, instead of running as kernels of
+ *     its own (an optimizer step's bias corrections: two small kernels per parameter)
  *   x * 1, 1 * x, x / 1                         -> x
  *   x - 0, x + -0.0, -0.0 + x (ints: x + 0, 0 + x) -> x   (float x + 0.0 is not: -0 + 0 = 0)
  *   neg(neg(x))                                 -> x
@@ -27,7 +32,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "compiler/fuse.h"
 #include "compiler/rewrite.h"
+
+#define PUSH_MAX 8 /* ops of a one-element chain a broadcast is pushed through */
 
 const tpu_node_t *pass_splat(const tpu_graph_t *g, tpu_value_t v) {
   for (int depth = 0; depth < 8; depth++) {
@@ -52,6 +60,46 @@ static bool splat_is(const tpu_node_t *k, double f, int64_t i) {
 
 /* The dtypes fused programs compute (a convert between them fuses; f64 does not). */
 static bool f32ish(tpu_dtype_t dt) { return dt == TPU_F32 || dt == TPU_BF16 || dt == TPU_F16; }
+
+/* Whether new value |v| stands for an output of the source graph. */
+static bool is_output(const pass_ctx_t *c, tpu_value_t v) {
+  for (int i = 0; i < tpu_graph_num_outputs(c->rw.src); i++) {
+    if (c->rw.map[tpu_graph_output_value(c->rw.src, i)] == v) return true;
+  }
+  return false;
+}
+
+/* |v| broadcast like |b| (a broadcast of a rank-0 value): through the one-element fusible
+ * elementwise ops that compute it, each then computed on the broadcast shape from
+ * broadcasts of its operands, while |*budget| ops last; splat constants, outputs (an
+ * optimizer's new step count: its users read it once written, rather than computing it
+ * again from the count it overwrites, which would need a copy) and other values are
+ * broadcast themselves. */
+static tpu_value_t push_broadcast(pass_ctx_t *c, const tpu_node_t *b, tpu_value_t v, int *budget) {
+  const tpu_graph_t *g = c->rw.dst;
+  const tpu_node_t *x = tpu_graph_node(g, v);
+  bool push = *budget > 0 && x->shape.rank == 0 && x->num_operands <= 3 && !pass_splat(g, v) &&
+              tpu_fuse_elementwise(g, x) && !is_output(c, v);
+  for (int i = 0; push && i < x->num_operands; i++) {
+    push = tpu_graph_node(g, x->operands[i])->shape.rank == 0;
+  }
+  if (!push) {
+    tpu_node_t nb = *b;
+    nb.dtype = x->dtype;
+    return pass_emit(c, &nb, &v);
+  }
+  --*budget;
+  tpu_node_t n = *x; /* copied: emitting may move the graph's nodes */
+  tpu_value_t operands[3];
+  memcpy(operands, x->operands, sizeof(tpu_value_t) * (size_t)n.num_operands);
+  tpu_value_t pushed[3];
+  for (int i = 0; i < n.num_operands; i++) {
+    pushed[i] = push_broadcast(c, b, operands[i], budget);
+    if (pushed[i] == TPU_NO_VALUE) return TPU_NO_VALUE;
+  }
+  n.shape = b->shape;
+  return pass_emit(c, &n, pushed);
+}
 
 static bool identity_perm(const int64_t *perm, int rank) {
   for (int d = 0; d < rank; d++) {
@@ -233,6 +281,11 @@ tpu_value_t pass_simplify_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_
       if (tpu_shape_equal(&x->shape, &node->shape) &&
           identity_perm(node->attrs.broadcast.dims, x->shape.rank)) {
         return ops[0];
+      }
+      if (x->shape.rank == 0 && c->ew_users && c->ew_users[c->cur] && !pass_splat(g, ops[0]) &&
+          tpu_fuse_elementwise(g, x) && !is_output(c, ops[0])) {
+        int budget = PUSH_MAX;
+        return push_broadcast(c, node, ops[0], &budget);
       }
       if (x->op == TPU_OP_CONVERT && f32ish(x->dtype) &&
           f32ish(tpu_graph_node(g, x->operands[0])->dtype)) {

@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "compiler/fuse.h"
 #include "compiler/rewrite.h"
 
 tpu_value_t pass_emit(pass_ctx_t *c, const tpu_node_t *node, const tpu_value_t *operands) {
@@ -35,6 +36,23 @@ static bool fits(const pass_ctx_t *c, const tpu_node_t *node, tpu_value_t v) {
   return r && r->dtype == node->dtype && tpu_shape_equal(&r->shape, &node->shape);
 }
 
+/* (nodes of |g|) whether every user of each value is elementwise and fusible (a value no
+ * node reads, an output only, counts as such). */
+static tpu_status_t ew_users_of(const tpu_graph_t *g, tpu_allocator_t host, bool **out) {
+  int n = tpu_graph_num_nodes(g);
+  bool *ok = NULL;
+  TPU_RETURN_IF_ERROR(tpu_allocator_calloc(host, (size_t)n + 1, sizeof *ok, "passes",
+                                           (void **)&ok));
+  for (int v = 0; v < n; v++) ok[v] = true;
+  for (int u = 0; u < n; u++) {
+    const tpu_node_t *node = tpu_graph_node(g, u);
+    if (tpu_fuse_elementwise(g, node)) continue;
+    for (int i = 0; i < node->num_operands; i++) ok[node->operands[i]] = false;
+  }
+  *out = ok;
+  return TPU_OK;
+}
+
 static tpu_status_t walk(const tpu_graph_t *g, uint32_t passes, tpu_allocator_t host,
                          tpu_graph_t **out, tpu_pass_stats_t *stats) {
   pass_ctx_t c;
@@ -48,8 +66,17 @@ static tpu_status_t walk(const tpu_graph_t *g, uint32_t passes, tpu_allocator_t 
       return st;
     }
   }
+  if (passes & TPU_PASS_SIMPLIFY) {
+    tpu_status_t st = ew_users_of(g, host, &c.ew_users);
+    if (st != TPU_OK) {
+      pass_cse_free(&c);
+      tpu_rewriter_abort(&c.rw);
+      return st;
+    }
+  }
   for (int v = 0; v < c.rw.n; v++) {
     const tpu_node_t *node = tpu_graph_node(g, v);
+    c.cur = v;
     tpu_rewriter_remap(&c.rw, node);
     tpu_value_t r = TPU_NO_VALUE;
     if (node->op != TPU_OP_PARAMETER) {
@@ -76,6 +103,7 @@ static tpu_status_t walk(const tpu_graph_t *g, uint32_t passes, tpu_allocator_t 
     c.rw.map[v] = r;
   }
   pass_cse_free(&c);
+  tpu_allocator_free(host, c.ew_users);
   return tpu_rewriter_finish(&c.rw, out);
 }
 

@@ -40,6 +40,10 @@ typedef struct pass_ctx {
   tpu_value_t *cse_slots;  /* open addressing over new values, TPU_NO_VALUE = empty */
   size_t cse_mask;         /* slots - 1 (a power of two minus one), 0 without CSE */
   tpu_pass_stats_t stats;
+  /* SIMPLIFY: (source nodes) whether every user of the value is an elementwise node a
+   * fused program computes (tpu_fuse_elementwise); the source value being rewritten */
+  bool *ew_users;
+  tpu_value_t cur;
 } pass_ctx_t;
 
 /* A new node |node| over |operands|: an equal existing node when CSE is on, else appended. */

@@ -140,6 +140,56 @@ TEST(simplify_moves_converts_after_broadcasts) {
   tpu_graph_destroy(g);
 }
 
+TEST(simplify_pushes_broadcasts_down_one_element_chains) {
+  /* an optimizer's bias correction: a chain of ops on the one-element step count, broadcast
+   * into the update of a parameter; the chain moves into the update's fused program (its
+   * values computed once per run) up to the new count, an output, which it reads; the same
+   * chain broadcast into a matmul stays small */
+  tpu_graph_t *g = ir_graph();
+  tpu_shape_t s = SHAPE(4, 8), r0 = SCALAR;
+  tpu_value_t step = tpu_graph_binary(g, TPU_OP_ADD, ir_param(g, TPU_F32, r0), k_f32(g, 1.0, r0));
+  CHECK_OK(tpu_graph_output(g, step, NULL));
+  tpu_value_t x = ir_param(g, TPU_F32, s);
+  tpu_value_t w = ir_param(g, TPU_F32, SHAPE(8, 3));
+  tpu_value_t corr = tpu_graph_binary(
+      g, TPU_OP_DIV, k_f32(g, 1e-3, r0),
+      tpu_graph_binary(g, TPU_OP_SUB, k_f32(g, 1.0, r0),
+                       tpu_graph_binary(g, TPU_OP_POW, k_f32(g, 0.9, r0), step)));
+  tpu_value_t upd = tpu_graph_binary(g, TPU_OP_SUB, x,
+                                     tpu_graph_binary(g, TPU_OP_MUL, x, bcast_scalar(g, corr, s)));
+  CHECK_OK(tpu_graph_output(g, upd, NULL));
+  tpu_value_t sq = tpu_graph_unary(g, TPU_OP_SQRT, step);
+  tpu_dot_attrs_t d;
+  memset(&d, 0, sizeof d);
+  d.num_contract = 1;
+  d.lhs_contract[0] = 1;
+  d.rhs_contract[0] = 0;
+  CHECK_OK(tpu_graph_output(g, tpu_graph_dot_general(g, bcast_scalar(g, sq, s), w, &d, TPU_F32),
+                            NULL));
+  tpu_graph_t *o = run_passes(g, TPU_PASS_ALL, NULL);
+  CHECK(o != NULL);
+  if (o) {
+    int pow_big = 0, pow_small = 0, sqrt_small = 0, add_big = 0, add_small = 0;
+    for (int v = 0; v < tpu_graph_num_nodes(o); v++) {
+      const tpu_node_t *n = tpu_graph_node(o, v);
+      if (n->op == TPU_OP_POW) *(n->shape.rank == 0 ? &pow_small : &pow_big) += 1;
+      if (n->op == TPU_OP_ADD) *(n->shape.rank == 0 ? &add_small : &add_big) += 1;
+      if (n->op == TPU_OP_SQRT && n->shape.rank == 0) sqrt_small++;
+    }
+    CHECK(pow_big == 1 && pow_small == 0); /* pushed: POW on (4, 8) broadcasts */
+    CHECK(add_big == 0 && add_small == 1); /* the output is not computed again */
+    CHECK(sqrt_small == 1);                /* the matmul's operand: not pushed */
+  }
+  tpu_executable_t *e = cu_compile(g, 0);
+  /* the count's 1 and its add, the update (chain included) in one fused kernel, the sqrt
+   * and the matmul */
+  if (e) CHECK(tpu_executable_num_kernels(e) == 5);
+  tpu_executable_release(e);
+  CHECK(cu_optimized_vs_plain(g, NULL) == 0); /* the same bits as the unfused chain */
+  tpu_graph_destroy(o);
+  tpu_graph_destroy(g);
+}
+
 TEST(fold_splat_constants_with_the_kernels) {
   tpu_graph_t *g = ir_graph();
   tpu_shape_t s = SHAPE(3, 4);
@@ -382,6 +432,7 @@ int main(void) {
   RUN(simplify_layout_chains);
   RUN(simplify_arithmetic_identities_are_exact);
   RUN(simplify_moves_converts_after_broadcasts);
+  RUN(simplify_pushes_broadcasts_down_one_element_chains);
   RUN(fold_splat_constants_with_the_kernels);
   RUN(fold_integer_and_division_by_zero_like_the_kernels);
   RUN(cse_merges_equal_nodes_but_not_parameters_or_rng);
