@@ -19,10 +19,10 @@ Attention (scaled_dot_product_attention's overrideable pair, torchtpu/csrc/sdpa.
 backward recomputes the weights P = softmax(q k^T * scale) from q, k and the saved
 logsumexp, as flash attention does so that no (L, S) tensor is saved. Where P is no larger
 than q, k and v together (short sequences: the GPT example's 32 x 32 per head against
-3 x 32 x 16) the pair becomes torchtpu's attention_keep_probs and its backward, so the
-forward saves P and the backward skips one product and an exp over (L, S): 29 us of the GPT
-example's backward graph per layer on the host. Longer sequences, masks and dropout keep
-the pair.
+3 x 32 x 16) and the inputs are f32, the pair becomes torchtpu's attention_keep_probs and
+its backward, so the forward saves P and the backward skips one product and an exp over
+(L, S): 29 us of the GPT example's backward graph per layer on the host. Longer sequences,
+masks, dropout, bf16 / f16 and symbolic sizes keep the pair.
 """
 import operator
 
@@ -35,8 +35,9 @@ M_SQRT1_2 = 0.7071067811865476
 
 
 def partition(joint, joint_inputs, **kwargs):
-    """aot_autograd's partition_fn: default_partition after _share_gelu_cdf (which needs the
-    fake tensors the joint graph was traced with, to give its new nodes their values)."""
+    """aot_autograd's partition_fn: default_partition after _share_gelu_cdf and
+    _keep_attention_probs (which need the fake tensors the joint graph was traced with, to
+    give their new nodes their values)."""
     fake_mode = detect_fake_mode(joint_inputs)
     if fake_mode is not None:
         changed = _share_gelu_cdf(joint.graph, fake_mode)

@@ -63,10 +63,7 @@ static bool f32ish(tpu_dtype_t dt) { return dt == TPU_F32 || dt == TPU_BF16 || d
 
 /* Whether new value |v| stands for an output of the source graph. */
 static bool is_output(const pass_ctx_t *c, tpu_value_t v) {
-  for (int i = 0; i < tpu_graph_num_outputs(c->rw.src); i++) {
-    if (c->rw.map[tpu_graph_output_value(c->rw.src, i)] == v) return true;
-  }
-  return false;
+  return v >= 0 && v < c->out_cap && c->is_output[v];
 }
 
 /* |v| broadcast like |b| (a broadcast of a rank-0 value): through the one-element fusible

@@ -53,6 +53,23 @@ static tpu_status_t ew_users_of(const tpu_graph_t *g, tpu_allocator_t host, bool
   return TPU_OK;
 }
 
+/* Records that new value |r| stands for a source output (c->is_output, grown as needed). */
+static tpu_status_t mark_output(pass_ctx_t *c, tpu_allocator_t host, tpu_value_t r) {
+  if (r >= c->out_cap) {
+    int cap = c->out_cap ? c->out_cap : 64;
+    while (cap <= r) cap *= 2;
+    bool *grown = NULL;
+    TPU_RETURN_IF_ERROR(tpu_allocator_calloc(host, (size_t)cap, sizeof *grown, "passes",
+                                             (void **)&grown));
+    if (c->out_cap) memcpy(grown, c->is_output, (size_t)c->out_cap * sizeof *grown);
+    tpu_allocator_free(host, c->is_output);
+    c->is_output = grown;
+    c->out_cap = cap;
+  }
+  c->is_output[r] = true;
+  return TPU_OK;
+}
+
 static tpu_status_t walk(const tpu_graph_t *g, uint32_t passes, tpu_allocator_t host,
                          tpu_graph_t **out, tpu_pass_stats_t *stats) {
   pass_ctx_t c;
@@ -66,14 +83,22 @@ static tpu_status_t walk(const tpu_graph_t *g, uint32_t passes, tpu_allocator_t 
       return st;
     }
   }
+  bool *src_output = NULL; /* (source nodes) SIMPLIFY: the value is an output */
   if (passes & TPU_PASS_SIMPLIFY) {
     tpu_status_t st = ew_users_of(g, host, &c.ew_users);
+    if (st == TPU_OK) {
+      st = tpu_allocator_calloc(host, (size_t)c.rw.n + 1, sizeof *src_output, "passes",
+                                (void **)&src_output);
+    }
     if (st != TPU_OK) {
+      tpu_allocator_free(host, c.ew_users);
       pass_cse_free(&c);
       tpu_rewriter_abort(&c.rw);
       return st;
     }
+    for (int i = 0; i < tpu_graph_num_outputs(g); i++) src_output[tpu_graph_output_value(g, i)] = true;
   }
+  tpu_status_t st = TPU_OK;
   for (int v = 0; v < c.rw.n; v++) {
     const tpu_node_t *node = tpu_graph_node(g, v);
     c.cur = v;
@@ -101,9 +126,19 @@ static tpu_status_t walk(const tpu_graph_t *g, uint32_t passes, tpu_allocator_t 
     }
     if (r == TPU_NO_VALUE) break; /* out of memory: recorded in the new graph */
     c.rw.map[v] = r;
+    if (src_output && src_output[v]) {
+      st = mark_output(&c, host, r);
+      if (st != TPU_OK) break;
+    }
   }
   pass_cse_free(&c);
   tpu_allocator_free(host, c.ew_users);
+  tpu_allocator_free(host, c.is_output);
+  tpu_allocator_free(host, src_output);
+  if (st != TPU_OK) {
+    tpu_rewriter_abort(&c.rw);
+    return st;
+  }
   return tpu_rewriter_finish(&c.rw, out);
 }
 

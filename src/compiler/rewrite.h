@@ -41,9 +41,12 @@ typedef struct pass_ctx {
   size_t cse_mask;         /* slots - 1 (a power of two minus one), 0 without CSE */
   tpu_pass_stats_t stats;
   /* SIMPLIFY: (source nodes) whether every user of the value is an elementwise node a
-   * fused program computes (tpu_fuse_elementwise); the source value being rewritten */
+   * fused program computes (tpu_fuse_elementwise); the source value being rewritten;
+   * (out_cap new values) whether the value stands for an output of the source graph */
   bool *ew_users;
   tpu_value_t cur;
+  bool *is_output;
+  int out_cap;
 } pass_ctx_t;
 
 /* A new node |node| over |operands|: an equal existing node when CSE is on, else appended. */
