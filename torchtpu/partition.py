@@ -138,11 +138,10 @@ def _keep_attention_probs(graph, fake_mode):
             if p.args[1] == 0:
                 p.replace_all_uses_with(out)
         for b in backwards:
-            ba = _named(b, _BACKWARD_ARGS)
             with graph.inserting_before(b):
                 grads = graph.call_function(
                     torch.ops.torchtpu.attention_keep_probs_backward.default,
-                    (ba["grad_out"], q, k, v, ba["out"], probs, causal), extra)
+                    (_named(b, _BACKWARD_ARGS)["grad_out"], q, k, v, probs), extra)
             _set_val(grads, fake_mode)
             b.replace_all_uses_with(grads)  # its getitems 0..2: the same grads
             graph.erase_node(b)

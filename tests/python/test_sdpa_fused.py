@@ -406,11 +406,11 @@ def test_keep_probs_ops_check_their_inputs():
     assert probs.shape == (2, 3, 4, 5) and probs.dtype == torch.float32
     torch.testing.assert_close(probs.sum(-1).cpu(), torch.ones(2, 3, 4), **HIGHEST)
     with pytest.raises(RuntimeError, match="attention_keep_probs_backward: probs must be float32"):
-        torch.ops.torchtpu.attention_keep_probs_backward(out, q, k, v, out, probs[..., :4], False)
+        torch.ops.torchtpu.attention_keep_probs_backward(out, q, k, v, probs[..., :4])
     with pytest.raises(RuntimeError, match="attention_keep_probs: query's last dim"):
         torch.ops.torchtpu.attention_keep_probs(q, k[..., :4], v, False)
     # the device still works
-    dq, dk, dv = torch.ops.torchtpu.attention_keep_probs_backward(out, q, k, v, out, probs, False)
+    dq, dk, dv = torch.ops.torchtpu.attention_keep_probs_backward(out, q, k, v, probs)
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
 
 

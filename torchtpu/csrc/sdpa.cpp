@@ -334,7 +334,8 @@ Grads backward(const at::Tensor &grad_out, const at::Tensor &query, const at::Te
 // ---- Attention that keeps its weights (compile mode) ------------------------------------
 // torchtpu::attention_keep_probs returns P beside the output, and
 // torchtpu::attention_keep_probs_backward takes that P instead of recomputing it from q, k
-// and the logsumexp: one product and an exp over (L, S) fewer per backward (the GPT
+// and the logsumexp (so it needs neither, nor the mask or the output: D = rowsum(P dP)):
+// one product and an exp over (L, S) fewer per backward (the GPT
 // example's backward graph: 29 us of about 1000 per layer on the host). Compile mode
 // swaps the overrideable pair in a joint graph for these when P is no larger than q, k and
 // v together (torchtpu/partition.py), so the forward saves P; longer sequences keep the
@@ -381,8 +382,7 @@ using QkvGrads = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
 QkvGrads backward_keep_probs(const at::Tensor &grad_out, const at::Tensor &query,
                              const at::Tensor &key, const at::Tensor &value,
-                             const at::Tensor &out, const at::Tensor &probs, bool is_causal,
-                             std::optional<double> scale) {
+                             const at::Tensor &probs, std::optional<double> scale) {
   constexpr const char *op = "attention_keep_probs_backward";
   check_inputs(op, query, key, value);
   TORCH_CHECK(probs.scalar_type() == at::kFloat &&
@@ -394,16 +394,16 @@ QkvGrads backward_keep_probs(const at::Tensor &grad_out, const at::Tensor &query
     return {at::zeros_like(query), at::zeros_like(key), at::zeros_like(value)};
   }
   RecordScope record(query.device().index(), "fused attention backward", /*whole=*/true);
-  Grads g = attend_backward(grad_out, query, key, value, at::Tensor(), false, out, at::Tensor(),
-                            is_causal, softmax_scale(query, scale), probs);
+  // (the mask, the output and the logsumexp are what recomputing P would read)
+  Grads g = attend_backward(grad_out, query, key, value, at::Tensor(), false, at::Tensor(),
+                            at::Tensor(), false, softmax_scale(query, scale), probs);
   record.finish();
   return {std::get<0>(g), std::get<1>(g), std::get<2>(g)};
 }
 
 QkvGrads backward_keep_probs_meta(const at::Tensor & /*grad_out*/, const at::Tensor &query,
                                   const at::Tensor &key, const at::Tensor &value,
-                                  const at::Tensor & /*out*/, const at::Tensor & /*probs*/,
-                                  bool /*is_causal*/, std::optional<double> /*scale*/) {
+                                  const at::Tensor & /*probs*/, std::optional<double> /*scale*/) {
   return {at::empty_like(query), at::empty_like(key), at::empty_like(value)};
 }
 
@@ -446,8 +446,7 @@ TORCH_LIBRARY_FRAGMENT(torchtpu, m) {
   m.def("attention_keep_probs(Tensor query, Tensor key, Tensor value, bool is_causal, "
         "float? scale=None) -> (Tensor, Tensor)");
   m.def("attention_keep_probs_backward(Tensor grad_out, Tensor query, Tensor key, "
-        "Tensor value, Tensor out, Tensor probs, bool is_causal, float? scale=None) "
-        "-> (Tensor, Tensor, Tensor)");
+        "Tensor value, Tensor probs, float? scale=None) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(torchtpu, PrivateUse1, m) {
