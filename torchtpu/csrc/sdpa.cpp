@@ -227,15 +227,28 @@ at::Tensor attend(const at::Tensor &query, const at::Tensor &key, const at::Tens
   const at::Tensor e = s.sub(m.unsqueeze(-1)).exp();                // (lead..., L, S)
   at::Tensor l = e.sum(-1);                                         // (lead..., L)
   if (bias.defined()) l = l.clamp_min(1.0);
+  const at::Tensor w = probs ? (*probs = e.div(l.unsqueeze(-1))) : e;  // the weights v takes
+  const at::Tensor pv =
+      product(w.to(value.scalar_type()).view({x.n, x.L, x.S}), x.v).view(out.sizes());
   if (probs) {
-    *probs = e.div(l.unsqueeze(-1));
-    const at::Tensor pv = product(probs->to(value.scalar_type()).view({x.n, x.L, x.S}), x.v);
-    out.copy_(pv.view(out.sizes()));                                // rounded once
+    out.copy_(pv);                                                  // rounded once
   } else {
-    const at::Tensor pv = product(e.to(value.scalar_type()).view({x.n, x.L, x.S}), x.v);
-    at::div_out(out, pv.view(out.sizes()), l.unsqueeze(-1));        // rounded once
+    at::div_out(out, pv, l.unsqueeze(-1));                          // rounded once
   }
   return m.add(l.log());
+}
+
+// P's shape, (lead..., L, S); and the output's, query's with value's last dim.
+std::vector<int64_t> probs_shape(const at::Tensor &query, const at::Tensor &key) {
+  std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end() - 1);
+  shape.push_back(key.size(-2));
+  return shape;
+}
+
+std::vector<int64_t> out_shape_of(const at::Tensor &query, const at::Tensor &value) {
+  std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end());
+  shape.back() = value.size(-1);
+  return shape;
 }
 
 using ForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt,
@@ -250,13 +263,11 @@ ForwardResult forward(const at::Tensor &query, const at::Tensor &key, const at::
               dropout_p, "); scaled_dot_product_attention takes the math path for it");
   TORCH_CHECK(!return_debug_mask, op, ": return_debug_mask is not supported on tpu");
   const at::Tensor bias = attn_bias ? *attn_bias : at::Tensor();
-  std::vector<int64_t> out_shape(query.sizes().begin(), query.sizes().end());
-  out_shape.back() = value.size(-1);
   const int64_t L = query.size(-2);
   const std::vector<int64_t> lse_shape =
       query.dim() == 4 ? std::vector<int64_t>{query.size(0), query.size(1), L}
                        : std::vector<int64_t>{1, query.size(0), L};
-  at::Tensor out = like_query(query, out_shape, query.scalar_type());
+  at::Tensor out = like_query(query, out_shape_of(query, value), query.scalar_type());
   at::Tensor lse;
   if (out.numel() == 0 || key.size(-2) == 0) {  // nothing to attend to: zeros, as math gives
     out.zero_();
@@ -340,18 +351,6 @@ Grads backward(const at::Tensor &grad_out, const at::Tensor &query, const at::Te
 // swaps the overrideable pair in a joint graph for these when P is no larger than q, k and
 // v together (torchtpu/partition.py), so the forward saves P; longer sequences keep the
 // flash-style recompute. No bias (a mask's gradient stays with the overrideable pair).
-std::vector<int64_t> probs_shape(const at::Tensor &query, const at::Tensor &key) {
-  std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end() - 1);
-  shape.push_back(key.size(-2));
-  return shape;
-}
-
-std::vector<int64_t> out_shape_of(const at::Tensor &query, const at::Tensor &value) {
-  std::vector<int64_t> shape(query.sizes().begin(), query.sizes().end());
-  shape.back() = value.size(-1);
-  return shape;
-}
-
 std::tuple<at::Tensor, at::Tensor> forward_keep_probs(const at::Tensor &query,
                                                       const at::Tensor &key,
                                                       const at::Tensor &value, bool is_causal,
