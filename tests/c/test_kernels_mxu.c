@@ -609,6 +609,58 @@ TEST(every_gemm_kernel) {
   }
 }
 
+TEST(every_gemm_kernel_adds_a_bias) {
+  /* each kernel's paths with a bias (the AVX2 direct path's in-register add, its tile for
+   * a C with column stride > 1, the blocked driver's per-tile add, the rows after the
+   * small-matrix path) give the bits of the same kernel without it, then c += bias[j] */
+  const tpu_cpu_features_t *f = tpu_cpu_features(); /* as masked by TORCHTPU_ISA */
+  const tpu_gemm_kernel_t *kerns[4] = {&tpu_gemm_kernel_portable, NULL, NULL, NULL};
+  if (tpu_gemm_have_x86_kernels() && f->avx2_fma) kerns[1] = &tpu_gemm_kernel_avx2;
+  if (tpu_gemm_have_x86_kernels() && f->avx512f) kerns[2] = &tpu_gemm_kernel_avx512;
+  if (tpu_gemm_have_x86_kernels() && f->avx512_bf16) kerns[3] = &tpu_gemm_kernel_avx512_bf16;
+  static const struct {
+    int64_t b, m, n, k;
+    bool c_t; /* C stored transposed: column stride M */
+  } cases[] = {{1, 61, 75, 64, false}, {1, 61, 75, 64, true}, {2, 13, 21, 40, false},
+               {1, 256, 64, 64, false}, {32, 32, 32, 16, false}, {1, 70, 90, 700, false}};
+  for (int kk = 0; kk < 4; kk++) {
+    if (!kerns[kk]) continue;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      int64_t B = cases[c].b, M = cases[c].m, N = cases[c].n, K = cases[c].k;
+      int64_t ad[3] = {B, M, K}, bd[3] = {B, K, N}, cd[3] = {B, M, N}, nd[1] = {N};
+      const int *perm = cases[c].c_t ? (const int[]){0, 2, 1} : NULL;
+      tbuf a = make_buf(TPU_F32, 3, ad, NULL, 0, 0), b = make_buf(TPU_F32, 3, bd, NULL, 0, 0);
+      tbuf c1 = make_buf(TPU_F32, 3, cd, perm, 0, 0), c2 = make_buf(TPU_F32, 3, cd, perm, 0, 0);
+      tbuf bias = dense(TPU_F32, 1, nd);
+      tpu_gemm_t g;
+      memset(&g, 0, sizeof g);
+      g.what = "t";
+      CHECK_OK(tpu_mxu_plan_make("t", TPU_F32, TPU_F32, TPU_F32, TPU_PRECISION_DEFAULT, &g.plan));
+      g.a = (tpu_gemm_matrix_t){a.b.data, TPU_F32, {B, M * K, NULL}, {M, K, NULL}, {K, 1, NULL}};
+      g.b = (tpu_gemm_matrix_t){b.b.data, TPU_F32, {B, K * N, NULL}, {K, N, NULL}, {N, 1, NULL}};
+      const int64_t *cs = c1.b.strides;
+      g.c = (tpu_gemm_matrix_t){c1.b.data, TPU_F32, {B, cs[0], NULL}, {M, cs[1], NULL},
+                                {N, cs[2], NULL}};
+      CHECK_OK(tpu_gemm_run_kernel(&g, kerns[kk], test_pool()));
+      const float *bv = bias.b.data;
+      float *out = c1.b.data;
+      for (int64_t i = 0; i < B * M * N; i++) {
+        int64_t bi = i / (M * N), r = i / N % M, j = i % N;
+        out[bi * cs[0] + r * cs[1] + j * cs[2]] += bv[j];
+      }
+      g.c.data = c2.b.data;
+      g.bias = bv;
+      CHECK_OK(tpu_gemm_run_kernel(&g, kerns[kk], test_pool()));
+      if (memcmp(c1.store, c2.store, (size_t)c1.nstore * 4) != 0) {
+        fprintf(stderr, "  kernel %s case %zu: the bias differs from adding it after\n",
+                kerns[kk]->name, c);
+        check_current_failed = 1;
+      }
+      free_buf(&a), free_buf(&b), free_buf(&c1), free_buf(&c2), free_buf(&bias);
+    }
+  }
+}
+
 TEST(edge_rows_in_place) {
   /* the kernel that writes a panel's last rows in place (ukernel_rows) gives the bits of
    * the full micro-kernel on a local tile, for every count of last rows (M = mr + 1 ..
@@ -956,6 +1008,7 @@ int main(void) {
   RUN(every_gemm_kernel);
   RUN(edge_rows_in_place);
   RUN(dot_with_bias_matches_dot_then_add);
+  RUN(every_gemm_kernel_adds_a_bias);
   RUN(packers_agree);
   RUN(conv_cases);
   RUN(conv_bad_arguments);

@@ -634,12 +634,18 @@ void tpu_gemm_workspace_put(void *p, tpu_gemm_ws_t *w) {
 }
 
 /* C += bias on every row, for the paths that do not add it per tile (f64, K = 0, the
- * small-matrix and direct paths). */
+ * small-matrix path). */
 static void add_bias_rows(const tpu_gemm_t *g) {
   float *c = g->c.data;
+  const bool unit = !g->c.cols.offsets && g->c.cols.stride == 1; /* rows contiguous */
   for (int64_t b = 0; b < g->c.batch.size; b++) {
     for (int64_t i = 0; i < g->c.rows.size; i++) {
       int64_t ro = boff(&g->c, b) + tpu_gemm_axis_offset(&g->c.rows, i);
+      if (unit) {
+        float *row = c + ro;
+        for (int64_t j = 0; j < g->c.cols.size; j++) row[j] += g->bias[j];
+        continue;
+      }
       for (int64_t j = 0; j < g->c.cols.size; j++) {
         c[ro + tpu_gemm_axis_offset(&g->c.cols, j)] += g->bias[j];
       }
@@ -807,11 +813,11 @@ static tpu_status_t run_kernel(const tpu_gemm_t *g, const tpu_gemm_kernel_t *ker
     return TPU_OK;
   }
 
-  if (allow_small &&
-      (tpu_gemm_small_run(g, kern, &team) || tpu_gemm_direct_run(g, kern, &team))) {
+  if (allow_small && tpu_gemm_small_run(g, kern, &team)) {
     if (g->bias) add_bias_rows(g);
     return TPU_OK;
   }
+  if (allow_small && tpu_gemm_direct_run(g, kern, &team)) return TPU_OK; /* bias added */
   if (team.helpers_only && work < kHelperWork) team = (tpu_gemm_team_t){NULL, true, 1};
   const int slots = team.threads;
 

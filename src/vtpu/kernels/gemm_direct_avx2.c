@@ -7,15 +7,20 @@
  * Each operand is converted once into its bf16 components as f32 (or copied, in exact f32
  * mode) in the layout its source already has, so the conversion is a contiguous sweep:
  *   A  k contiguous: (M, Q) rows;   M contiguous: (Q, M) rows;
- *   B  N contiguous: (Q, ldb) rows (ldb = N rounded up to 8, zeros after N);
+ *   B  N contiguous: (Q, ldb) rows (zeros after N up to a multiple of 8);
  *      k contiguous: (N, K) rows transposed 8 x 8 into (Q, ldb).
+ * The kernel walks down the (Q, M) and (Q, ldb) layouts a row per k step, so their row
+ * strides are padded to an odd number of cache lines (row_stride): at 1 KiB (N = 256) the
+ * rows of a k loop fell into 4 of the 64 sets of a 32 KiB 8-way L1 and evicted each other
+ * (AVX2 EPYC, 2026-12-07: 256 x 256 x 64 at 32 GMAC/s, against 42 at N = 192).
  * Q counts packed k steps as the blocked path does (gemm_kernels.h): pass-major, Q =
  * passes x K. A register-blocked kernel keeps R <= 6 rows x 8 or 16 columns of C in ymm
  * accumulators, broadcasting A from either layout, and stores them straight into C (f32,
  * unit column stride, affine rows) or through a tile. Each element of C is one fma chain
  * from zero over q = 0 .. Q-1 on the same components as the blocked path's (6, 16)
  * micro-kernel (whose kc blocks continue the chain through C exactly), so the results are
- * the same bits.
+ * the same bits. A bias is added to the accumulators as they are stored, after the chain,
+ * as the blocked path adds it to a finished tile.
  *
  * Work is split in two phases over the team: converting (items: chunks of rows or k of
  * each operand of each batch), then multiplying (tasks: batch x 48-row chunk x column
@@ -41,9 +46,11 @@ static const int64_t kRowChunk = 48;                     /* rows of C per task *
 typedef struct direct_ctx {
   const tpu_gemm_t *g;
   int64_t M, N, K, Q; /* Q = passes x K converted k steps */
-  int64_t ldb;        /* converted B row length: N rounded up to 8 */
+  int64_t lda;        /* converted A row stride: Q (k contiguous), else row_stride(M) */
+  int64_t ldb;        /* converted B row stride: row_stride(N) */
   int passes;
   const int8_t *a_comp, *b_comp; /* (passes,) components; NULL: raw values (exact f32) */
+  const float *bias;             /* (N,) added to every row of C, or NULL */
   bool a_kc;                     /* A k-contiguous: (M, Q); else M-contiguous: (Q, M) */
   bool b_kc;                     /* B k-contiguous: transposed; else N-contiguous */
   bool c_direct;                 /* C f32, unit column stride, affine rows */
@@ -175,7 +182,7 @@ static void convert_item(direct_ctx *x, int64_t it) {
     } else {
       int64_t hi = lo + kConvChunk < x->K ? lo + kConvChunk : x->K;
       convert_by_k(s, g->a.dtype, g->a.cols.stride, x->M, x->K, lo, hi, x->passes, x->a_comp,
-                   a, x->M, x->M);
+                   a, x->lda, x->M);
     }
     return;
   }
@@ -188,7 +195,7 @@ static void convert_item(direct_ctx *x, int64_t it) {
   } else {
     int64_t hi = lo + kConvChunk < x->K ? lo + kConvChunk : x->K;
     convert_by_k(s, g->b.dtype, g->b.rows.stride, x->N, x->K, lo, hi, x->passes, x->b_comp, b,
-                 x->ldb, x->ldb);
+                 x->ldb, (x->N + 7) / 8 * 8);
   }
 }
 
@@ -201,11 +208,12 @@ static void convert_slot(void *arg, int64_t begin, int64_t end) {
 /* ---- the register-blocked kernel ---------------------------------------------------------- */
 
 /* C rows [0, R) x columns [0, 8 * NV) (only |nlast| lanes of the last vector stored) =
- * sum over q of A(r, q) B(q, j): A(r, q) at ap[r * lda + q] (a_kc) or ap[q * lda + r], B
- * row q at bp + q * ldb. R, NV and a_kc are compile-time constants in every instance. */
+ * sum over q of A(r, q) B(q, j) (+ bias[j] when |bias|, its 8 * (NV - 1) + nlast values):
+ * A(r, q) at ap[r * lda + q] (a_kc) or ap[q * lda + r], B row q at bp + q * ldb. R, NV and
+ * a_kc are compile-time constants in every instance. */
 TPU_AVX2_INLINE static void block(const int R, const int NV, const bool a_kc, int64_t Q,
                                   const float *ap, int64_t lda, const float *bp, int64_t ldb,
-                                  float *c, int64_t ldc, int nlast) {
+                                  const float *bias, float *c, int64_t ldc, int nlast) {
   __m256 acc[6][2];
 #pragma GCC unroll 6
   for (int r = 0; r < R; r++) {
@@ -222,6 +230,15 @@ TPU_AVX2_INLINE static void block(const int R, const int NV, const bool a_kc, in
       if (NV == 2) acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
     }
   }
+  if (bias) {
+    __m256 v0 = NV == 1 ? load8((const char *)bias, TPU_F32, nlast) : _mm256_loadu_ps(bias);
+    __m256 v1 = NV == 2 ? load8((const char *)(bias + 8), TPU_F32, nlast) : v0;
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+      acc[r][0] = _mm256_add_ps(acc[r][0], v0);
+      if (NV == 2) acc[r][1] = _mm256_add_ps(acc[r][1], v1);
+    }
+  }
 #pragma GCC unroll 6
   for (int r = 0; r < R; r++) {
     if (NV == 1) {
@@ -234,13 +251,14 @@ TPU_AVX2_INLINE static void block(const int R, const int NV, const bool a_kc, in
 }
 
 typedef void (*block_fn)(int64_t Q, const float *ap, int64_t lda, const float *bp, int64_t ldb,
-                         float *c, int64_t ldc, int nlast);
+                         const float *bias, float *c, int64_t ldc, int nlast);
 
 #define BLOCK_FN(R, NV, AKC)                                                                   \
   TPU_AVX2 static void block_##R##_##NV##_##AKC(int64_t Q, const float *ap, int64_t lda,      \
-                                                const float *bp, int64_t ldb, float *c,       \
-                                                int64_t ldc, int nlast) {                     \
-    block(R, NV, AKC, Q, ap, lda, bp, ldb, c, ldc, nlast);                                     \
+                                                const float *bp, int64_t ldb,                 \
+                                                const float *bias, float *c, int64_t ldc,     \
+                                                int nlast) {                                  \
+    block(R, NV, AKC, Q, ap, lda, bp, ldb, bias, c, ldc, nlast);                               \
   }
 #define BLOCK_FNS(R) BLOCK_FN(R, 1, 0) BLOCK_FN(R, 1, 1) BLOCK_FN(R, 2, 0) BLOCK_FN(R, 2, 1)
 BLOCK_FNS(1) BLOCK_FNS(2) BLOCK_FNS(3) BLOCK_FNS(4) BLOCK_FNS(5) BLOCK_FNS(6)
@@ -276,7 +294,7 @@ static void multiply_task(direct_ctx *x, int64_t t) {
   int64_t i1 = i0 + kRowChunk < x->M ? i0 + kRowChunk : x->M;
   int64_t j1 = j0 + x->col_chunk < x->N ? j0 + x->col_chunk : x->N;
   const float *a = x->ws + bl * (x->a_elems + x->b_elems), *b = a + x->a_elems;
-  int64_t lda = x->a_kc ? x->Q : x->M;
+  int64_t lda = x->lda;
   int64_t rows = i1 - i0, nblk = (rows + 5) / 6; /* near-equal blocks of at most 6 rows */
   float *cb = NULL;
   int64_t ldc = 16;
@@ -289,13 +307,14 @@ static void multiply_task(direct_ctx *x, int64_t t) {
     int NV = j1 - j > 8 ? 2 : 1;
     int nlast = (int)(j1 - j - 8 * (NV - 1) < 8 ? j1 - j - 8 * (NV - 1) : 8);
     const block_fn *fns = kBlocks[NV - 1][x->a_kc];
+    const float *bias = x->bias ? x->bias + j : NULL;
     for (int64_t blk = 0, i = i0; blk < nblk; blk++) {
       int R = (int)(rows / nblk + (blk < rows % nblk));
       const float *ap = x->a_kc ? a + i * lda : a + i;
       if (cb) {
-        fns[R - 1](x->Q, ap, lda, b + j, x->ldb, cb + i * ldc + j, ldc, nlast);
+        fns[R - 1](x->Q, ap, lda, b + j, x->ldb, bias, cb + i * ldc + j, ldc, nlast);
       } else {
-        fns[R - 1](x->Q, ap, lda, b + j, x->ldb, tile, 16, nlast);
+        fns[R - 1](x->Q, ap, lda, b + j, x->ldb, bias, tile, 16, nlast);
         store_tile(g, x->b0 + bl, i, j, R, 8 * (NV - 1) + nlast, tile);
       }
       i += R;
@@ -310,6 +329,13 @@ static void multiply_slot(void *arg, int64_t begin, int64_t end) {
 }
 
 /* ---- entry -------------------------------------------------------------------------------- */
+
+/* Floats between the rows of a converted operand |n| values wide: whole 64-byte lines, an
+ * odd number of them, so that the rows a k loop reads spread over all the L1's sets. */
+static int64_t row_stride(int64_t n) {
+  int64_t lines = (n + 15) / 16;
+  return (lines | 1) * 16;
+}
 
 /* Whether |g|'s operands suit the path (see tpu_gemm_direct_run); fills the layout. */
 static bool plan_direct(const tpu_gemm_t *g, direct_ctx *x) {
@@ -340,8 +366,9 @@ static bool plan_direct(const tpu_gemm_t *g, direct_ctx *x) {
   const int64_t kDimMax = (int64_t)1 << 17;
   if (x->M > kDimMax || x->N > kDimMax || x->K > kDimMax) return false;
   x->Q = x->passes * x->K;
-  x->ldb = (x->N + 7) / 8 * 8;
-  x->a_elems = (x->M * x->Q + 15) / 16 * 16; /* 64-byte aligned operands */
+  x->lda = x->a_kc ? x->Q : row_stride(x->M);
+  x->ldb = row_stride(x->N);
+  x->a_elems = ((x->a_kc ? x->M : x->lda) * x->Q + 15) / 16 * 16; /* 64-byte aligned */
   x->b_elems = (x->Q * x->ldb + 15) / 16 * 16;
   return (size_t)(x->a_elems + x->b_elems) * 4 <= kMaxBatchBytes &&
          x->M * x->N * x->Q <= kMaxBatchWork;
@@ -354,6 +381,7 @@ bool tpu_gemm_direct_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
   direct_ctx x;
   memset(&x, 0, sizeof x);
   x.g = g;
+  x.bias = g->bias;
   if (!plan_direct(g, &x)) return false;
   size_t per_batch = (size_t)(x.a_elems + x.b_elems) * 4;
   int64_t group = (int64_t)(kGroupBytes / per_batch);

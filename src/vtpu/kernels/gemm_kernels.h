@@ -169,8 +169,8 @@ bool tpu_gemm_small_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
  * AVX2 kernel, the CPU has it, the plan is bf16 passes or exact f32, A and B are f32 or
  * bf16 each with a unit stride along one of its two dims (affine), and one batch takes at
  * most 2^22 multiply-adds (all passes) and 512 KiB of converted operands; false, with
- * nothing written, otherwise. The
- * same bits as the blocked path. Called like tpu_gemm_small_run. */
+ * nothing written, otherwise. Adds g->bias itself. The same bits as the blocked path.
+ * Called like tpu_gemm_small_run. */
 bool tpu_gemm_direct_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
                          const tpu_gemm_team_t *team);
 
