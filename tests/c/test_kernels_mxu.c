@@ -557,12 +557,20 @@ TEST(bad_arguments) {
 
 /* ---- every GEMM micro-kernel the CPU has, through the internal entry point ----------- */
 
+/* The GEMM micro-kernels this CPU runs (as masked by TORCHTPU_ISA); NULL where it lacks
+ * one: portable, AVX2, AVX-512, AVX512-BF16. */
+static void cpu_gemm_kernels(const tpu_gemm_kernel_t *kerns[4]) {
+  const tpu_cpu_features_t *f = tpu_cpu_features();
+  const bool x86 = tpu_gemm_have_x86_kernels();
+  kerns[0] = &tpu_gemm_kernel_portable;
+  kerns[1] = x86 && f->avx2_fma ? &tpu_gemm_kernel_avx2 : NULL;
+  kerns[2] = x86 && f->avx512f ? &tpu_gemm_kernel_avx512 : NULL;
+  kerns[3] = x86 && f->avx512_bf16 ? &tpu_gemm_kernel_avx512_bf16 : NULL;
+}
+
 TEST(every_gemm_kernel) {
-  const tpu_cpu_features_t *f = tpu_cpu_features(); /* as masked by TORCHTPU_ISA */
-  const tpu_gemm_kernel_t *kerns[4] = {&tpu_gemm_kernel_portable, NULL, NULL, NULL};
-  if (tpu_gemm_have_x86_kernels() && f->avx2_fma) kerns[1] = &tpu_gemm_kernel_avx2;
-  if (tpu_gemm_have_x86_kernels() && f->avx512f) kerns[2] = &tpu_gemm_kernel_avx512;
-  if (tpu_gemm_have_x86_kernels() && f->avx512_bf16) kerns[3] = &tpu_gemm_kernel_avx512_bf16;
+  const tpu_gemm_kernel_t *kerns[4];
+  cpu_gemm_kernels(kerns);
   int64_t M = 61, K = 301, N = 75; /* edges in every direction, several K blocks */
   int64_t ad[2] = {M, K}, bd[2] = {K, N}, cd[2] = {M, N};
   for (int kk = 0; kk < 4; kk++) {
@@ -613,11 +621,8 @@ TEST(every_gemm_kernel_adds_a_bias) {
   /* each kernel's paths with a bias (the AVX2 direct path's in-register add, its tile for
    * a C with column stride > 1, the blocked driver's per-tile add, the rows after the
    * small-matrix path) give the bits of the same kernel without it, then c += bias[j] */
-  const tpu_cpu_features_t *f = tpu_cpu_features(); /* as masked by TORCHTPU_ISA */
-  const tpu_gemm_kernel_t *kerns[4] = {&tpu_gemm_kernel_portable, NULL, NULL, NULL};
-  if (tpu_gemm_have_x86_kernels() && f->avx2_fma) kerns[1] = &tpu_gemm_kernel_avx2;
-  if (tpu_gemm_have_x86_kernels() && f->avx512f) kerns[2] = &tpu_gemm_kernel_avx512;
-  if (tpu_gemm_have_x86_kernels() && f->avx512_bf16) kerns[3] = &tpu_gemm_kernel_avx512_bf16;
+  const tpu_gemm_kernel_t *kerns[4];
+  cpu_gemm_kernels(kerns);
   static const struct {
     int64_t b, m, n, k;
     bool c_t; /* C stored transposed: column stride M */
