@@ -66,6 +66,15 @@ static bool is_output(const pass_ctx_t *c, tpu_value_t v) {
   return v >= 0 && v < c->out_cap && c->is_output[v];
 }
 
+/* Whether a broadcast of new value |v| is pushed down through it: a one-element fusible
+ * elementwise op, not a splat constant and not an output. */
+static bool pushable(const pass_ctx_t *c, tpu_value_t v) {
+  const tpu_graph_t *g = c->rw.dst;
+  const tpu_node_t *x = tpu_graph_node(g, v);
+  return x->shape.rank == 0 && x->num_operands <= 3 && !pass_splat(g, v) &&
+         tpu_fuse_elementwise(g, x) && !is_output(c, v);
+}
+
 /* |v| broadcast like |b| (a broadcast of a rank-0 value): through the one-element fusible
  * elementwise ops that compute it, each then computed on the broadcast shape from
  * broadcasts of its operands, while |*budget| ops last; splat constants, outputs (an
@@ -75,8 +84,7 @@ static bool is_output(const pass_ctx_t *c, tpu_value_t v) {
 static tpu_value_t push_broadcast(pass_ctx_t *c, const tpu_node_t *b, tpu_value_t v, int *budget) {
   const tpu_graph_t *g = c->rw.dst;
   const tpu_node_t *x = tpu_graph_node(g, v);
-  bool push = *budget > 0 && x->shape.rank == 0 && x->num_operands <= 3 && !pass_splat(g, v) &&
-              tpu_fuse_elementwise(g, x) && !is_output(c, v);
+  bool push = *budget > 0 && pushable(c, v);
   for (int i = 0; push && i < x->num_operands; i++) {
     push = tpu_graph_node(g, x->operands[i])->shape.rank == 0;
   }
@@ -279,8 +287,7 @@ tpu_value_t pass_simplify_node(pass_ctx_t *c, const tpu_node_t *node, const tpu_
           identity_perm(node->attrs.broadcast.dims, x->shape.rank)) {
         return ops[0];
       }
-      if (x->shape.rank == 0 && c->ew_users && c->ew_users[c->cur] && !pass_splat(g, ops[0]) &&
-          tpu_fuse_elementwise(g, x) && !is_output(c, ops[0])) {
+      if (c->ew_users && c->ew_users[c->cur] && pushable(c, ops[0])) {
         int budget = PUSH_MAX;
         return push_broadcast(c, node, ops[0], &budget);
       }
