@@ -1,14 +1,17 @@
 /* kernels_fused_rows.c: times fused elementwise programs (ew_program.h) and row reductions
  * on the short rows of a GPT training step's softmax and layer norm (inner dim 32 or 64,
- * operands broadcast along it), one thread, warm cache, pool NULL. Prints us per call (best
- * of ROUNDS rounds of CALLS calls) and, when .venv/bin/python has torch, PyTorch CPU's time
- * for the same math with out= where it has one (one thread, same shapes), and the ratio.
+ * operands broadcast along it), one thread, warm cache, pool NULL. Each program has its
+ * machine code (ew_jit.h) as the compiler gives a fused step's programs; TORCHTPU_EW_JIT=0
+ * times the interpreter instead. Prints us per call (best of ROUNDS rounds of CALLS calls)
+ * and, when .venv/bin/python has torch, PyTorch CPU's time for the same math with out=
+ * where it has one (one thread, same shapes), and the ratio.
  *
  * Build and run from the repo root (after `make lib`):
  *   cc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -Isrc bench/kernels_fused_rows.c \
  *      build/release/libtpu.a -pthread -lm -o build/kernels_fused_rows && build/kernels_fused_rows
  *
  * Rows (f32; x is (8,4,32,32) attention scores, h is (8,32,64) activations):
+ *   scores scale+mask    where(causal (32,32), -inf, x * scale): the scores' epilogue
  *   softmax div+select   where(pred (8,4,32,1), 0, e / s (8,4,32,1)): the softmax's last step
  *   softmax sub+exp      exp(x - m (8,4,32,1)): the softmax's numerator
  *   sum last dim 32      sum of e over the last dim -> (8,4,32)
@@ -26,6 +29,7 @@
 #include "bench_util.h"
 #include "tpu/kernels.h"
 #include "torch_reference.h"
+#include "vtpu/kernels/ew_jit.h"
 #include "vtpu/kernels/ew_program.h"
 
 #define ROUNDS 20
@@ -36,30 +40,36 @@ static tpu_buf_t dense(void *data, tpu_dtype_t dt, int rank, const int64_t *dims
   return bench_buf(data, dt, rank, dims, NULL);
 }
 
-enum { SM_DIVSEL, SM_SUBEXP, SUM32, SOFTMAX, LN_TAIL, LN_SQ, SUM64, LAYERNORM, NROWS };
+enum { SC_MASK, SM_DIVSEL, SM_SUBEXP, SUM32, SOFTMAX, LN_TAIL, LN_SQ, SUM64, LAYERNORM, NROWS };
 static const char *const kNames[NROWS] = {
-    "softmax div+select", "softmax sub+exp", "sum last dim 32", "softmax (3 calls)",
-    "ln tail",            "ln centred square", "sum last dim 64", "layer norm (4 calls)"};
+    "scores scale+mask", "softmax div+select", "softmax sub+exp",   "sum last dim 32",
+    "softmax (3 calls)", "ln tail",            "ln centred square", "sum last dim 64",
+    "layer norm (4 calls)"};
 
 /* where(pred, 0, e / s): inputs e, s, pred (r0-r2), the constant 0 (r3) */
-static const tpu_ew_program_t kDivSel = {
+static tpu_ew_program_t kDivSel = {
     .num_inputs = 3, .num_consts = 1, .consts = {0.0f}, .num_instrs = 2,
     .instrs = {{TPU_OP_DIV, 4, 0, 1}, {TPU_OP_SELECT, 4, 2, 3, 4}}, .result = 4};
-static const tpu_ew_program_t kSubExp = {
+/* where(mask, -inf, x * scale): inputs x, mask (r0, r1; mask (32,32) broadcast over the
+ * heads), constants scale, -inf (r2, r3): the attention scores' scale and causal mask */
+static tpu_ew_program_t kScaleMask = {
+    .num_inputs = 2, .num_consts = 2, .consts = {0.25f, -INFINITY}, .num_instrs = 2,
+    .instrs = {{TPU_OP_MUL, 4, 0, 2}, {TPU_OP_SELECT, 5, 1, 3, 4}}, .result = 5};
+static tpu_ew_program_t kSubExp = {
     .num_inputs = 2, .num_instrs = 2,
     .instrs = {{TPU_OP_SUB, 2, 0, 1}, {TPU_OP_EXP, 2, 2, 0}}, .result = 2};
-static const tpu_ew_program_t kLnTail = {
+static tpu_ew_program_t kLnTail = {
     .num_inputs = 5, .num_instrs = 4,
     .instrs = {{TPU_OP_SUB, 5, 0, 1}, {TPU_OP_MUL, 5, 5, 2},
                {TPU_OP_MUL, 5, 5, 3}, {TPU_OP_ADD, 5, 5, 4}},
     .result = 5};
-static const tpu_ew_program_t kLnSq = {
+static tpu_ew_program_t kLnSq = {
     .num_inputs = 2, .num_instrs = 2,
     .instrs = {{TPU_OP_SUB, 2, 0, 1}, {TPU_OP_MUL, 2, 2, 2}}, .result = 2};
 
 typedef struct mem {
   float *x, *e, *o, *m, *s, *h, *ho, *hs, *mean, *rstd, *w, *b;
-  uint8_t *pred;
+  uint8_t *pred, *causal;
 } mem_t;
 
 static tpu_status_t run(int row, void *ctx) {
@@ -71,6 +81,8 @@ static tpu_status_t run(int row, void *ctx) {
   tpu_buf_t x = dense(m->x, TPU_F32, 4, d4), e = dense(m->e, TPU_F32, 4, d4);
   tpu_buf_t o = dense(m->o, TPU_F32, 4, d4), mx = dense(m->m, TPU_F32, 4, r4);
   tpu_buf_t s = dense(m->s, TPU_F32, 4, r4), p = dense(m->pred, TPU_BOOL, 4, r4);
+  tpu_buf_t cm = dense(m->causal, TPU_BOOL, 4, d4);
+  cm.strides[0] = cm.strides[1] = 0;
   tpu_buf_t s_red = dense(m->s, TPU_F32, 3, s3), m_red = dense(m->m, TPU_F32, 3, s3);
   tpu_buf_t h = dense(m->h, TPU_F32, 3, d3), ho = dense(m->ho, TPU_F32, 3, d3);
   tpu_buf_t hs = dense(m->hs, TPU_F32, 3, d3), mean = dense(m->mean, TPU_F32, 3, r3);
@@ -79,9 +91,10 @@ static tpu_status_t run(int row, void *ctx) {
   tpu_buf_t rstd_red = dense(m->rstd, TPU_F32, 2, h2);
   w.strides[0] = w.strides[1] = 0;
   b.strides[0] = b.strides[1] = 0;
-  const tpu_buf_t *ds[3] = {&e, &s, &p}, *se[2] = {&x, &mx};
+  const tpu_buf_t *ds[3] = {&e, &s, &p}, *se[2] = {&x, &mx}, *sm[2] = {&e, &cm};
   const tpu_buf_t *lt[5] = {&h, &mean, &rstd, &w, &b}, *lq[2] = {&h, &mean};
   switch (row) {
+    case SC_MASK: return tpu_kernel_ew_program(&kScaleMask, sm, &o, NULL);
     case SM_DIVSEL: return tpu_kernel_ew_program(&kDivSel, ds, &o, NULL);
     case SM_SUBEXP: return tpu_kernel_ew_program(&kSubExp, se, &e, NULL);
     case SUM32: return tpu_kernel_reduce(TPU_REDUCE_SUM, &e, last4, &s_red, NULL);
@@ -114,7 +127,9 @@ static const char *kTorchScript =
     "  torch.sub(h,mean,out=ho);ho.mul_(rstd).mul_(w).add_(b)\n"
     "def ln_sq():\n"
     "  torch.sub(h,mean,out=ho);ho.mul_(ho)\n"
-    "rows=[lambda:torch.where(p,z,torch.div(e,s,out=o),out=o),\n"
+    "c=torch.ones(32,32,dtype=torch.bool).triu(1);ninf=torch.tensor(float('-inf'))\n"
+    "rows=[lambda:torch.where(c,ninf,torch.mul(e,0.25,out=o),out=o),\n"
+    " lambda:torch.where(p,z,torch.div(e,s,out=o),out=o),\n"
     " lambda:torch.exp(torch.sub(x,m,out=e),out=e),lambda:torch.sum(e,3,out=s3),\n"
     " lambda:torch.softmax(x,3),ln_tail,ln_sq,lambda:torch.sum(h,2,out=m2),\n"
     " lambda:torch.layer_norm(h,(64,),w,b)]\n"
@@ -133,8 +148,17 @@ int main(int argc, char **argv) {
     for (size_t j = 0; j < fn[i]; j++) (*fs[i])[j] = (float)(rand() % 64) / 16.0f - 1.0f;
   }
   m.pred = calloc(1024, 1);
-  if (!m.pred) return 1;
+  m.causal = calloc(1024, 1);
+  if (!m.pred || !m.causal) return 1;
+  for (int i = 0; i < 32; i++)
+    for (int j = i + 1; j < 32; j++) m.causal[i * 32 + j] = 1;
   for (int i = 0; i < 1024; i++) m.pred[i] = (uint8_t)(rand() % 16 == 0);
+  /* machine code for each program, as the compiler gives its fused steps (NULL where the
+   * JIT is off or the CPU has no AVX-512: the interpreter runs them) */
+  tpu_ew_program_t *progs[] = {&kScaleMask, &kDivSel, &kSubExp, &kLnTail, &kLnSq};
+  for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+    progs[i]->jit = tpu_ew_jit_new(progs[i]);
+  }
   if (only >= 0) {
     double end = bench_now_s() + secs;
     while (bench_now_s() < end) {
@@ -163,5 +187,9 @@ int main(int argc, char **argv) {
   if (!have_torch) printf("(PyTorch not found at .venv/bin/python: no comparison)\n");
   for (size_t i = 0; i < sizeof fn / sizeof fn[0]; i++) free(*fs[i]);
   free(m.pred);
+  free(m.causal);
+  for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+    tpu_ew_jit_free(progs[i]->jit);
+  }
   return 0;
 }
