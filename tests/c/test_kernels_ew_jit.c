@@ -9,6 +9,8 @@
  *     row) and with bf16 inputs, a bf16 output or strided inputs (block by block);
  *   - short rows packed into blocks (37 rows of 1 .. 70), operands broadcast along rows,
  *     one row for every row, or over everything;
+ *   - rows of 16 .. 512 floats with inputs holding one value per row, read per vector by
+ *     the per-row variant;
  *   - a store into the memory of the input it replaces (an in-place update).
  * Also: the code really runs (variants are generated), and TORCHTPU_EW_JIT=0 turns it off.
  */
@@ -279,6 +281,66 @@ TEST(jit_packed_short_rows_match_interpreter) {
   CHECK(bad == 0);
 }
 
+/* Rows of a power-of-two multiple of 16 floats (a layer norm's 64, a softmax's 32), inputs
+ * broadcast along them mostly: an f32 one with one value per row is read as it is by the
+ * per-row variant (tpu_ew_jit_code_rows), unless an op the code calls reads it. */
+TEST(jit_per_row_inputs_match_interpreter) {
+  if (!have_jit()) return;
+  static const int64_t lens[] = {16, 32, 64, 128, 256, 512};
+  int64_t bad = 0;
+  for (int t = 0; t < 300; t++) {
+    int ni = 1 + (int)(rnd() % 6);
+    tpu_ew_program_t p = random_program(ni);
+    layout_t l = {.rows = 1 + (int64_t)(rnd() % 40),
+                  .n = lens[rnd() % (sizeof lens / sizeof lens[0])],
+                  .out_dt = rnd() % 4 ? TPU_F32 : TPU_BF16};
+    for (int k = 0; k < ni; k++) {
+      l.kind[k] = rnd() % 2 ? IN_ROW_BCAST : (int)(rnd() % IN_KINDS);
+    }
+    bad += both_ways("per-row inputs", &p, &l);
+  }
+  CHECK(bad == 0);
+}
+
+/* The per-row variant itself: a layer norm's tail, (x - mean) * rstd, over 3 rows of 32
+ * called directly, reads mean and rstd once per row; refused where a call reads a per-row
+ * input, for a row under 16 floats, and for an input both uniform and per row. */
+TEST(jit_per_row_variant_reads_one_value_per_row) {
+  if (!have_jit()) return;
+  const tpu_ew_program_t tail = {
+      .num_inputs = 3, .num_instrs = 2,
+      .instrs = {{TPU_OP_SUB, 3, 0, 1}, {TPU_OP_MUL, 3, 3, 2}}, .result = 3};
+  tpu_ew_jit_t *j = tpu_ew_jit_new(&tail);
+  CHECK(j != NULL);
+  if (!j) return;
+  const tpu_ew_jit_code_t *code = tpu_ew_jit_code_rows(j, 0, 6, 7); /* 128-byte rows */
+  CHECK(code != NULL && code != tpu_ew_jit_code(j, 0));
+  CHECK(tpu_ew_jit_code_rows(j, 0, 6, 7) == code);
+  CHECK(tpu_ew_jit_code_rows(j, 0, 6, 5) == NULL); /* 8 floats */
+  CHECK(tpu_ew_jit_code_rows(j, 2, 6, 7) == NULL);
+  CHECK(tpu_ew_jit_code_rows(j, 0, 0, 7) == NULL);
+  if (!code) {
+    tpu_ew_jit_free(j);
+    return;
+  }
+  float x[96], y[97], mean[3] = {1.0f, -2.0f, 0.5f}, rstd[3] = {2.0f, 0.25f, -1.0f};
+  for (int i = 0; i < 96; i++) x[i] = (float)(i % 7) - 3.0f;
+  y[96] = 42.0f;
+  tpu_ew_jit_args_t a = {.in = {x, mean, rstd}, .out = {y}};
+  tpu_ew_jit_set_count(&a, 96);
+  code->fn(&a);
+  for (int i = 0; i < 96; i++) CHECK(y[i] == (x[i] - mean[i / 32]) * rstd[i / 32]);
+  CHECK(y[96] == 42.0f);
+  tpu_ew_jit_free(j);
+  tpu_ew_program_t with_log = tail; /* LOG reads input 1 itself: the code would call it */
+  with_log.instrs[1] = (tpu_ew_instr_t){.op = TPU_OP_LOG, .dst = 3, .a = 1};
+  tpu_ew_jit_t *jl = tpu_ew_jit_new(&with_log);
+  CHECK(jl != NULL);
+  CHECK(tpu_ew_jit_code_rows(jl, 0, 2, 7) == NULL);
+  CHECK(tpu_ew_jit_code_rows(jl, 0, 1, 7) != NULL); /* input 0 is read inline only */
+  tpu_ew_jit_free(jl);
+}
+
 /* EXP and ERF are emitted inline (the vec.h functions' instructions): over a sweep of 2^20
  * bit patterns spanning every exponent, both signs, infinities and NaNs, as the vec.h loop. */
 static void check_inline_sweep(tpu_op_t op) {
@@ -480,6 +542,8 @@ int main(void) {
   }
   RUN(jit_long_rows_match_interpreter);
   RUN(jit_packed_short_rows_match_interpreter);
+  RUN(jit_per_row_inputs_match_interpreter);
+  RUN(jit_per_row_variant_reads_one_value_per_row);
   RUN(jit_inline_exp_and_erf_match_vec_loops_everywhere);
   RUN(jit_all_uniform_inputs_match_interpreter);
   RUN(jit_store_in_place_matches_interpreter);

@@ -12,7 +12,8 @@
  *   stages     the other instructions, split after each one that is not inline (a call);
  *              per stage a loop over the whole vectors (rbp = byte offset): an operand is
  *              loaded into zmm8 + register when first read in the stage (from the input,
- *              or from the register's scratch block if an earlier stage or call wrote it);
+ *              or from the register's scratch block if an earlier stage or call wrote it;
+ *              an input with one value per row: that row's value, broadcast);
  *              a value read by a later stage or a call is also stored to its scratch block;
  *              the last stage stores the result and the stores. Then the same body once
  *              more on the last m % 16 lanes, k1 (masked loads read nothing past them,
@@ -62,8 +63,15 @@ enum { POOL_ABS, POOL_SIGN, POOL_ONE, POOL_INF, POOL_ERF_CLAMP, POOL_FOUR, POOL_
        POOL_EXP_LN2_LO, POOL_EXP_P0, POOL_EXP_P1, POOL_EXP_P2, POOL_EXP_P3, POOL_EXP_P4,
        POOL_SIZE };
 
+/* A variant's key: the inputs broadcast over the call (bits 0..7), the inputs holding one
+ * value per row (bits 8..15) and log2 of a row's bytes (bits 16..23; 0 without rows). */
+_Static_assert(TPU_EW_PROGRAM_MAX_INPUTS <= 8, "input masks fit 8 bits of a key");
+static uint32_t variant_key(uint32_t uniform, uint32_t per_row, int row_log2) {
+  return uniform | per_row << 8 | (uint32_t)row_log2 << 16;
+}
+
 typedef struct variant {
-  uint32_t uniform;
+  uint32_t key;
   tpu_ew_jit_code_t code;
   void *mem; /* mmap'd, read + execute */
   size_t size;
@@ -334,6 +342,8 @@ typedef struct gen {
   int out_def[1 + TPU_EW_PROGRAM_MAX_STORES];
   bool out_by_call[1 + TPU_EW_PROGRAM_MAX_STORES]; /* written by the call that computes it */
   int num_out;
+  uint32_t per_row;          /* inputs holding one value per row (bit k: input k) */
+  int row_log2;              /* log2 of a row's bytes, when per_row */
   int creg[POOL_SIZE];       /* the zmm holding pool constant w in the loops, or -1 */
   int no_creg[POOL_SIZE];    /* all -1: constants from memory (the preheader) */
 } gen_t;
@@ -498,10 +508,18 @@ static void emit_preheader(gen_t *g, uint32_t uniform) {
   }
 }
 
-/* Register r's vector value written by |def| (or the input) at offset rbp, into its zmm. */
+/* Register r's vector value written by |def| (or the input) at offset rbp, into its zmm. An
+ * input with one value per row: the value of the row the vector is in (rows are a multiple
+ * of 16 floats, so no vector spans two), at in[r] + 4 * (rbp >> row_log2). */
 static void load_value(gen_t *g, int r, int def, int k) {
   x86_buf_t *b = &g->b;
-  if (def == DEF_INPUT) {
+  if (def == DEF_INPUT && (g->per_row >> r & 1)) {
+    x86_mov_rr(b, X86_RAX, X86_RBP);
+    x86_shr_imm(b, X86_RAX, (uint8_t)(g->row_log2 - 2));
+    x86_and_imm(b, X86_RAX, -4);
+    x86_mov_load(b, X86_RDX, X86_RBX, (int32_t)(offsetof(tpu_ew_jit_args_t, in) + 8 * (size_t)r));
+    x86_evex(b, X86_MAP_0F38, X86_PP_66, 0x18, Z(r), -1, x86_mem(X86_RDX, X86_RAX, 0), 0, false);
+  } else if (def == DEF_INPUT) {
     args_ptr(b, offsetof(tpu_ew_jit_args_t, in) + 8 * (size_t)r);
     load(b, Z(r), x86_mem(X86_RAX, X86_RBP, 0), k);
   } else {
@@ -577,7 +595,7 @@ static void emit_stage(gen_t *g, int s) {
   x86_patch(b, to_done, b->len);
 }
 
-static void generate(gen_t *g, uint32_t uniform) {
+static void generate(gen_t *g, uint32_t uniform) { /* g->per_row, g->row_log2 set */
   x86_buf_t *b = &g->b;
   const tpu_ew_program_t *p = g->p;
   analyse(g, uniform);
@@ -610,8 +628,8 @@ static void generate(gen_t *g, uint32_t uniform) {
   x86_ret(b);
 }
 
-/* Generates and maps the variant for |uniform|, or NULL. */
-static variant_t *make_variant(const tpu_ew_jit_t *j, uint32_t uniform) {
+/* Generates and maps the variant for |key|, or NULL. */
+static variant_t *make_variant(const tpu_ew_jit_t *j, uint32_t key) {
   gen_t *g = calloc(1, sizeof *g);
   uint8_t *bytes = malloc(CODE_CAP);
   variant_t *v = calloc(1, sizeof *v);
@@ -620,9 +638,11 @@ static variant_t *make_variant(const tpu_ew_jit_t *j, uint32_t uniform) {
   g->j = j;
   g->p = &j->p;
   g->v = v;
-  generate(g, uniform);
+  g->per_row = key >> 8 & 0xff;
+  g->row_log2 = (int)(key >> 16 & 0xff);
+  generate(g, key & 0xff);
   if (g->b.full) goto fail;
-  v->uniform = uniform;
+  v->key = key;
   v->size = g->b.len;
   v->mem = mmap(NULL, v->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (v->mem == MAP_FAILED) goto fail;
@@ -687,19 +707,19 @@ void tpu_ew_jit_free(tpu_ew_jit_t *j) {
   free(j);
 }
 
-const tpu_ew_jit_code_t *tpu_ew_jit_code(tpu_ew_jit_t *j, uint32_t uniform) {
+static const tpu_ew_jit_code_t *code_for(tpu_ew_jit_t *j, uint32_t key) {
   for (int i = 0; i < VARIANTS; i++) {
     variant_t *v = atomic_load_explicit(&j->v[i], memory_order_acquire);
     if (!v) break;
-    if (v->uniform == uniform) return &v->code;
+    if (v->key == key) return &v->code;
   }
   const tpu_ew_jit_code_t *code = NULL;
   pthread_mutex_lock(&j->mu);
   for (int i = 0; i < VARIANTS; i++) {
     variant_t *v = atomic_load_explicit(&j->v[i], memory_order_acquire);
-    if (v && v->uniform != uniform) continue;
+    if (v && v->key != key) continue;
     if (!v) { /* the first free slot: generate (another thread may have meanwhile) */
-      v = make_variant(j, uniform);
+      v = make_variant(j, key);
       if (!v) break;
       atomic_store_explicit(&j->v[i], v, memory_order_release);
     }
@@ -708,6 +728,30 @@ const tpu_ew_jit_code_t *tpu_ew_jit_code(tpu_ew_jit_t *j, uint32_t uniform) {
   }
   pthread_mutex_unlock(&j->mu);
   return code;
+}
+
+const tpu_ew_jit_code_t *tpu_ew_jit_code(tpu_ew_jit_t *j, uint32_t uniform) {
+  return code_for(j, variant_key(uniform, 0, 0));
+}
+
+const tpu_ew_jit_code_t *tpu_ew_jit_code_rows(tpu_ew_jit_t *j, uint32_t uniform,
+                                              uint32_t per_row, int row_log2) {
+  const tpu_ew_program_t *p = &j->p;
+  const uint32_t inputs = (1u << p->num_inputs) - 1;
+  if (!per_row || (per_row & ~inputs) || (uniform & per_row) || row_log2 < 6 ||
+      row_log2 > 30) {
+    return NULL;
+  }
+  /* an op the code calls reads its operands' blocks (m floats), which a per-row input is not */
+  for (int k = 0; k < p->num_instrs; k++) {
+    const tpu_ew_instr_t *in = &p->instrs[k];
+    if (is_inline(in->op)) continue;
+    const int regs[3] = {in->a, in->b, in->c};
+    for (int o = 0; o < num_operands(in->op); o++) {
+      if (regs[o] < p->num_inputs && (per_row >> regs[o] & 1)) return NULL;
+    }
+  }
+  return code_for(j, variant_key(uniform, per_row, row_log2));
 }
 
 #else /* no JIT on this platform */
@@ -720,6 +764,14 @@ void tpu_ew_jit_free(tpu_ew_jit_t *j) { (void)j; }
 const tpu_ew_jit_code_t *tpu_ew_jit_code(tpu_ew_jit_t *j, uint32_t uniform) {
   (void)j;
   (void)uniform;
+  return NULL;
+}
+const tpu_ew_jit_code_t *tpu_ew_jit_code_rows(tpu_ew_jit_t *j, uint32_t uniform,
+                                              uint32_t per_row, int row_log2) {
+  (void)j;
+  (void)uniform;
+  (void)per_row;
+  (void)row_log2;
   return NULL;
 }
 

@@ -17,6 +17,8 @@
  * call, and what is computed only from those) are computed once before the loops, as the
  * interpreter computes them once per block. Which inputs are such is known only per call,
  * so code is generated lazily per set of broadcast inputs (a few variants per program).
+ * Short rows packed into a block may also have inputs with one value per row (a layer
+ * norm's mean), which the code broadcasts per vector from the values themselves.
  *
  * Available on x86-64 Linux with AVX-512 (F, BW, VL, DQ) and unless TORCHTPU_EW_JIT=0; the
  * kernel uses it only while the vec.h table is the AVX-512 one (TORCHTPU_ISA can force
@@ -66,6 +68,14 @@ void tpu_ew_jit_free(tpu_ew_jit_t *j);
  * generated on first use (thread safe), or NULL if it cannot be (too many variants, out of
  * memory): interpret then. */
 const tpu_ew_jit_code_t *tpu_ew_jit_code(tpu_ew_jit_t *j, uint32_t uniform);
+
+/* The same for m elements that are whole rows of 2^row_log2 bytes (a multiple of 16 floats:
+ * row_log2 >= 6), where each input in |per_row| holds one f32 per row, contiguous (lane i
+ * reads in[k][(4 * i) >> row_log2]: a softmax's row sums, a layer norm's mean), instead of
+ * a block filled with each row's value. NULL also when a per-row input is read by an op the
+ * code calls (those read blocks): fill the block and use tpu_ew_jit_code then. */
+const tpu_ew_jit_code_t *tpu_ew_jit_code_rows(tpu_ew_jit_t *j, uint32_t uniform,
+                                              uint32_t per_row, int row_log2);
 
 /* Fills args' m-dependent fields. */
 void tpu_ew_jit_set_count(tpu_ew_jit_args_t *args, int64_t m);

@@ -123,6 +123,12 @@ static void alu_imm(x86_buf_t *b, int ext, int r, int32_t v) {
 
 void x86_add_imm(x86_buf_t *b, int r, int32_t v) { alu_imm(b, 0, r, v); }
 void x86_sub_imm(x86_buf_t *b, int r, int32_t v) { alu_imm(b, 5, r, v); }
+void x86_and_imm(x86_buf_t *b, int r, int32_t v) { alu_imm(b, 4, r, v); }
+
+void x86_shr_imm(x86_buf_t *b, int r, uint8_t v) {
+  const uint8_t p[] = {0x48, 0xc1, (uint8_t)(0xe8 | (r & 7)), v}; /* REX.W C1 /5 ib */
+  put(b, p, sizeof p);
+}
 
 void x86_call(x86_buf_t *b, int r) {
   const uint8_t p[] = {0xff, (uint8_t)(0xd0 | (r & 7))};

@@ -66,6 +66,8 @@ void x86_mov_imm64(x86_buf_t *b, int dst, uint64_t v);           /* movabs dst, 
 void x86_xor32(x86_buf_t *b, int r);                            /* xor r32, r32: r = 0 */
 void x86_add_imm(x86_buf_t *b, int r, int32_t v);               /* add r, v (64-bit) */
 void x86_sub_imm(x86_buf_t *b, int r, int32_t v);               /* sub r, v (64-bit) */
+void x86_and_imm(x86_buf_t *b, int r, int32_t v);               /* and r, v (64-bit) */
+void x86_shr_imm(x86_buf_t *b, int r, uint8_t v);               /* shr r, v (64-bit) */
 void x86_cmp_load(x86_buf_t *b, int r, int base, int32_t disp);  /* cmp r, [base + disp] */
 void x86_cmp_mem_zero(x86_buf_t *b, int base, int32_t disp);     /* cmp qword [base + disp], 0 */
 void x86_call(x86_buf_t *b, int r);                             /* call r */
