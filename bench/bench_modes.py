@@ -158,9 +158,10 @@ def step_times(rounds=60):
 
 def graph_times():
     """Per compiled graph of the step_times runs (both compiled modes): the host time of its
-    runs on the virtual TPU, begun alone (one core: Python was still issuing the step) or
-    with the thread waiting in synchronize helping (two cores), from the executables' own
-    counters (_TpuGraph.stats)."""
+    runs on the virtual TPU, begun alone (one core: Python was still issuing the step; some
+    of them joined by that thread once it reached synchronize) or with the thread waiting
+    in synchronize helping (two cores), from the executables' own counters
+    (_TpuGraph.stats)."""
     import torchtpu.compile as tc
     rows = []
     for g in tc.graphs:
@@ -170,12 +171,12 @@ def graph_times():
         alone = st["alone_ns"] / st["alone_runs"] / 1e3 if st["alone_runs"] else None
         helped = st["helped_ns"] / st["helped_runs"] / 1e3 if st["helped_runs"] else None
         rows.append([g.kind, f"{st['steps']}", "yes" if st["two_threads"] else "no",
-                     f"{st['alone_runs']}", f"{alone:.0f}" if alone else "",
+                     f"{st['alone_runs']}", f"{st['joined_runs']}", f"{alone:.0f}" if alone else "",
                      f"{st['helped_runs']}", f"{helped:.0f}" if helped else "",
                      f"{alone / helped:.2f}x" if alone and helped else ""])
     table("Compiled graphs: host µs per run (mean), alone and with a thread helping",
-          ["graph", "steps", "two-thread schedule", "runs alone", "µs alone", "runs helped",
-           "µs helped", "alone / helped"], rows)
+          ["graph", "steps", "two-thread schedule", "runs alone", "of them joined later",
+           "µs alone", "runs helped", "µs helped", "alone / helped"], rows)
 
 
 def _thread_cpu_s():

@@ -10,7 +10,7 @@
  *   cc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -Isrc bench/cached_graphs.c \
  *      build/release/libtpu.a -pthread -lm -o build/cached_graphs
  *   build/cached_graphs /tmp/gpt [min nodes, default 50] [rounds, default 200] [--describe]
- *      [--steps] [--helper] [--turns]
+ *      [--steps] [--helper | --pool] [--turns]
  * --describe prints each executable's steps; --steps times each step on its own and prints
  * their sum, the longest chain of dependent steps, what the two-thread schedule would take
  * with those times, and the slowest steps; --helper runs the graphs on a pool that a
@@ -18,6 +18,9 @@
  * tpu_stream_synchronize does (how much of a graph two cores share: the two-thread
  * schedule of the executables that have one, src/compiler/schedule.c, with the kernels a
  * waiting thread shares, run_parallel.c, and the kernels' own splits in the others);
+ * --pool runs them on a pool nobody helps (the steps of a loop that does not synchronize,
+ * while the thread that would help is busy in Python: what a run posted for a helper that
+ * never comes costs);
  * --turns then also runs the entries one after another instead of each many times in a
  * row, as a training step runs its graphs, so each finds its data out of cache, and prints
  * that median over the one alone.
@@ -118,7 +121,7 @@ static void fill(void *p, tpu_dtype_t dtype, size_t bytes, uint64_t seed) {
 }
 
 /* --helper: a second thread lends itself to the pool (g_pool) while the runs are timed, as
- * a thread waiting in tpu_stream_synchronize does */
+ * a thread waiting in tpu_stream_synchronize does; --pool: nobody does */
 static tpu_pool_t *g_pool;
 
 static int cmp_double(const void *a, const void *b) {
@@ -370,17 +373,21 @@ static void time_in_turns(const loaded_t *ls, int n, int rounds) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s CACHE_DIR [min nodes] [rounds] [--describe] [--steps] [--helper] "
-            "[--turns]\n", argv[0]);
+    fprintf(stderr, "usage: %s CACHE_DIR [min nodes] [rounds] [--describe] [--steps] "
+            "[--helper | --pool] [--turns]\n", argv[0]);
     return 2;
   }
   int min_nodes = argc > 2 ? atoi(argv[2]) : 50, rounds = argc > 3 ? atoi(argv[3]) : 200;
-  bool describe = false, helper = false, steps = false, turns = false;
+  bool describe = false, helper = false, steps = false, turns = false, lone_pool = false;
   for (int i = 4; i < argc; i++) {
     turns |= !strcmp(argv[i], "--turns");
     describe |= !strcmp(argv[i], "--describe");
     steps |= !strcmp(argv[i], "--steps");
     helper |= !strcmp(argv[i], "--helper");
+    lone_pool |= !strcmp(argv[i], "--pool");
+  }
+  if (lone_pool && !helper && tpu_pool_create(1, tpu_allocator_system(), &g_pool) != TPU_OK) {
+    return 1;
   }
   pool_helper helper_thread;
   if (helper && (tpu_pool_create(1, tpu_allocator_system(), &g_pool) != TPU_OK ||
@@ -420,9 +427,7 @@ int main(int argc, char **argv) {
     tpu_graph_destroy(es[i].graph);
     free(es[i].alias);
   }
-  if (helper) {
-    pool_helper_stop(&helper_thread);
-    tpu_pool_destroy(g_pool);
-  }
+  if (helper) pool_helper_stop(&helper_thread);
+  tpu_pool_destroy(g_pool);
   return 0;
 }

@@ -242,9 +242,11 @@ class _TpuGraph:
         two_threads (1: its steps run on two threads while a thread waiting in synchronize
         helps, by a schedule made at compile time), and the host time of its runs so far on
         the virtual TPU: alone_runs and alone_ns (runs begun with no thread waiting in
-        synchronize to help: one core), helped_runs and helped_ns (two cores)."""
+        synchronize to help: one core), helped_runs and helped_ns (two cores), and
+        joined_runs: runs begun alone that a thread starting to wait during the run joined."""
         keys = ("plans", "steps", "scratch_bytes", "unplanned_bytes", "nodes", "kernels",
-                "fused", "two_threads", "alone_runs", "alone_ns", "helped_runs", "helped_ns")
+                "fused", "two_threads", "alone_runs", "alone_ns", "helped_runs", "helped_ns",
+                "joined_runs")
         return dict(zip(keys, torch.ops.torchtpu.plan_stats(self.latest)))
 
     def describe(self):

@@ -128,6 +128,8 @@ typedef struct tpu_executable_run_stats {
   uint64_t helped_runs, helped_ns;
   uint64_t shared_kernels; /* two-thread runs: kernels one thread split with the other
                               while that one waited for it */
+  uint64_t joined_runs;    /* runs begun alone (counted there) in which a thread that
+                              started waiting during the run took over steps */
 } tpu_executable_run_stats_t;
 void tpu_executable_run_stats(const tpu_executable_t *exe, tpu_executable_run_stats_t *out);
 

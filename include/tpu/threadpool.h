@@ -48,6 +48,12 @@ int tpu_pool_helpers(tpu_pool_t *pool);
 void tpu_pool_parallel_for_helpers(tpu_pool_t *pool, int64_t n, int64_t grain, tpu_range_fn fn,
                                    void *ctx);
 
+/* Like parallel_for_helpers, but posted even when no helper spins yet: a thread that starts
+ * helping (tpu_pool_help) while the caller runs the chunks joins and takes the chunks not
+ * yet claimed. Inline only for a NULL pool, from inside a chunk, or while another job runs. */
+void tpu_pool_parallel_for_joinable(tpu_pool_t *pool, int64_t n, int64_t grain, tpu_range_fn fn,
+                                    void *ctx);
+
 /* Spins, running chunks of the pool's jobs, until done(arg) holds (returns true) or no job
  * has come for |idle_ns| nanoseconds (returns false: the caller should sleep a while
  * instead). |jobs_joined| (optional): how many jobs it took part in. Inline (one check of

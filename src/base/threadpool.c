@@ -255,6 +255,18 @@ void tpu_pool_parallel_for_helpers(tpu_pool_t *p, int64_t n, int64_t grain, tpu_
   pthread_mutex_unlock(&p->job_mutex);
 }
 
+void tpu_pool_parallel_for_joinable(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn,
+                                    void *ctx) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (!p || t_in_job || n <= grain || pthread_mutex_trylock(&p->job_mutex) != 0) {
+    fn(ctx, 0, n);
+    return;
+  }
+  run_job(p, n, grain, fn, ctx, 1 + tpu_pool_helpers(p), false);
+  pthread_mutex_unlock(&p->job_mutex);
+}
+
 /* Takes the calling thread off |cpu| (its affinity minus that CPU), saving the affinity it
  * had in |saved|; false if it cannot (no other CPU allowed). */
 static bool move_off(int cpu, cpu_set_t *saved) {

@@ -963,18 +963,20 @@ bool tpu_executable_output_strides(const tpu_executable_t *exe, int i,
 
 tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs,
                                 void *const *outputs, void *scratch, tpu_pool_t *pool) {
-  /* in parallel only with helpers already spinning (a thread waiting in synchronize):
-   * a woken worker would compete for the cores with the Python threads */
+  /* by the two-thread schedule with the helpers of |pool| (threads waiting in synchronize),
+   * those spinning now or those that start to while it runs: never a woken worker, which
+   * would compete for the cores with the Python threads */
   uint64_t t0 = tpu_now_ns();
   /* the counters, and the help policy, are what a run writes in the executable (heap
    * memory: casting away const is defined) */
   tpu_executable_t *counted = (tpu_executable_t *)exe;
-  int helped = tpu_pool_helpers(pool) > 0;
-  if (!tpu_help_policy_accepts(&counted->help) && helped) {
+  int helped = tpu_pool_helpers(pool) > 0; /* begun with a helper */
+  const bool accepts = tpu_help_policy_accepts(&counted->help);
+  if (!accepts && helped) {
     pool = NULL; /* help does not pay now: the run stays on this thread */
     helped = 0;
   }
-  bool parallel = exe->parallel && helped;
+  bool parallel = exe->parallel && pool && accepts;
   bool disjoint = (parallel || exe->scratch_in_outputs) && tpu_deps_outputs_disjoint(exe, outputs);
   if (exe->scratch_in_outputs && !disjoint) {
     return tpu_status_set(TPU_ERR_INVALID_ARGUMENT,
@@ -982,8 +984,9 @@ tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs
                           "intermediates in its outputs before writing them");
   }
   tpu_status_t st = TPU_OK;
+  int64_t helper_steps = 0; /* run by a thread other than this one */
   if (parallel && disjoint) {
-    st = tpu_run_parallel(exe, inputs, outputs, scratch, pool);
+    st = tpu_run_parallel(exe, inputs, outputs, scratch, pool, &helper_steps);
   } else {
     for (int i = 0; i < exe->num_steps && st == TPU_OK; i++) {
       st = tpu_step_run(&exe->steps[i], inputs, outputs, scratch, pool);
@@ -993,7 +996,11 @@ tpu_status_t tpu_executable_run(const tpu_executable_t *exe, void *const *inputs
     const uint64_t ns = tpu_now_ns() - t0;
     atomic_fetch_add_explicit(&counted->runs[helped], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&counted->run_ns[helped], ns, memory_order_relaxed);
-    tpu_help_policy_note(&counted->help, helped, ns);
+    if (!helped && helper_steps > 0) { /* neither kind: the policy compares the two */
+      atomic_fetch_add_explicit(&counted->joined_runs, 1, memory_order_relaxed);
+    } else {
+      tpu_help_policy_note(&counted->help, helped, ns);
+    }
   }
   return st;
 }
@@ -1004,6 +1011,7 @@ void tpu_executable_run_stats(const tpu_executable_t *exe, tpu_executable_run_st
   out->helped_runs = atomic_load_explicit(&exe->runs[1], memory_order_relaxed);
   out->helped_ns = atomic_load_explicit(&exe->run_ns[1], memory_order_relaxed);
   out->shared_kernels = atomic_load_explicit(&exe->shared_kernels, memory_order_relaxed);
+  out->joined_runs = atomic_load_explicit(&exe->joined_runs, memory_order_relaxed);
 }
 
 int tpu_executable_num_kernels(const tpu_executable_t *exe) { return exe->num_steps; }

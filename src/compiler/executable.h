@@ -144,6 +144,7 @@ struct tpu_executable {
    * so atomic */
   _Atomic uint64_t runs[2], run_ns[2];
   _Atomic uint64_t shared_kernels; /* run_parallel.c: kernels split with a waiting thread */
+  _Atomic uint64_t joined_runs;    /* runs begun alone whose steps a helper then shared */
   help_policy_t help;              /* whether the waiting thread's help pays */
 };
 
@@ -152,9 +153,12 @@ tpu_status_t tpu_step_run(const step_t *s, void *const *inputs, void *const *out
                           void *scratch, tpu_pool_t *pool);
 
 /* Runs all steps by the two-thread schedule in exe->deps: the caller and a helper spinning
- * in |pool| each take a list, or the caller runs both (run_parallel.c). Kernels see |pool|
- * but run inline, so they give the bits of a sequential run. */
+ * in |pool| (now, or from some point of the run on) each take a list, or the caller runs
+ * both (run_parallel.c). The steps' kernels split only between those two threads, so they
+ * give the bits of a sequential run. |helper_steps| (optional): how many steps a thread
+ * other than the caller ran. */
 tpu_status_t tpu_run_parallel(const tpu_executable_t *exe, void *const *inputs,
-                              void *const *outputs, void *scratch, tpu_pool_t *pool);
+                              void *const *outputs, void *scratch, tpu_pool_t *pool,
+                              int64_t *helper_steps);
 
 #endif /* TPU_COMPILER_EXECUTABLE_H */

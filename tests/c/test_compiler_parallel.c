@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "compile_util.h"
@@ -426,8 +427,8 @@ TEST(overlapping_outputs_run_in_order) {
 }
 
 TEST(with_no_helper_the_caller_runs_both_lists) {
-  /* tpu_executable_run keeps to step order without a helper; the runner itself, given
-   * a pool nobody helps, takes the second list at its first wait and gives the same bits */
+  /* given a pool nobody helps, the runner runs the second list's steps whenever the first
+   * list's next one waits for them, and gives the bits of a sequential run */
   tpu_graph_t *g = branches_graph();
   tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
   if (exe) {
@@ -438,12 +439,67 @@ TEST(with_no_helper_the_caller_runs_both_lists) {
     for (int o = 0; o < lone.num_out; o++) memset(lone.out[o], 0, lone.out_bytes[o]);
     size_t sb = tpu_executable_scratch_bytes(exe);
     void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
-    CHECK_OK(tpu_run_parallel(exe, lone.in, lone.out, scratch, g_lone_pool));
+    CHECK_OK(tpu_run_parallel(exe, lone.in, lone.out, scratch, g_lone_pool, NULL));
     CHECK(cu_diff_outputs(&seq, &lone) == 0);
     free(scratch);
     cu_free(&seq);
     cu_free(&lone);
   }
+  tpu_executable_release(exe);
+  tpu_graph_destroy(g);
+}
+
+/* A thread that starts helping a while after the run began (as Python reaches
+ * synchronize just after the stream began the backward): the run, begun alone, was posted
+ * to the pool all the same, so the late helper joins and takes over the list not yet run
+ * (counted as a joined run, begun alone); the bits are a sequential run's. */
+typedef struct late_helper {
+  tpu_pool_t *pool;
+  int delay_us;
+  atomic_bool stop;
+} late_helper_t;
+
+static bool late_helper_stopped(void *arg) { return atomic_load(&((late_helper_t *)arg)->stop); }
+
+static void *late_helper_main(void *arg) {
+  late_helper_t *h = arg;
+  const struct timespec delay = {0, (long)h->delay_us * 1000};
+  nanosleep(&delay, NULL);
+  while (!tpu_pool_help(h->pool, late_helper_stopped, h, 1000 * 1000, NULL)) {
+  }
+  return NULL;
+}
+
+TEST(a_helper_that_comes_late_takes_over_its_list) {
+  tpu_graph_t *g = branches_graph();
+  tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
+  tpu_pool_t *pool = NULL;
+  CHECK_OK(tpu_pool_create(1, tpu_allocator_system(), &pool));
+  if (exe && pool) {
+    CHECK(exe->parallel);
+    cu_run_t seq;
+    cu_execute(g, exe, 9, NULL, &seq);
+    tpu_executable_run_stats_t st;
+    int runs = 0, bad = 0;
+    do { /* delays of 0 .. 180 us, until some run was joined (runs take some 200 us) */
+      late_helper_t h = {.pool = pool, .delay_us = 20 * (runs % 10)};
+      atomic_init(&h.stop, false);
+      pthread_t t;
+      CHECK(pthread_create(&t, NULL, late_helper_main, &h) == 0);
+      cu_run_t r;
+      cu_execute(g, exe, 9, pool, &r);
+      bad += cu_diff_outputs(&seq, &r) != 0;
+      cu_free(&r);
+      atomic_store(&h.stop, true);
+      pthread_join(t, NULL);
+      tpu_executable_run_stats(exe, &st);
+    } while (++runs < 20 || (st.joined_runs == 0 && runs < 500));
+    CHECK(bad == 0);
+    CHECK(st.joined_runs > 0);
+    CHECK(st.joined_runs <= st.alone_runs);
+    cu_free(&seq);
+  }
+  tpu_pool_destroy(pool);
   tpu_executable_release(exe);
   tpu_graph_destroy(g);
 }
@@ -592,6 +648,7 @@ int main(void) {
   RUN(in_place_updates_and_may_alias_outputs_are_ordered);
   RUN(overlapping_outputs_run_in_order);
   RUN(with_no_helper_the_caller_runs_both_lists);
+  RUN(a_helper_that_comes_late_takes_over_its_list);
   RUN(run_stats_count_runs_alone_and_with_a_helper);
   RUN(help_is_declined_while_helped_runs_are_slower);
   RUN(a_run_declines_help_that_did_not_pay);

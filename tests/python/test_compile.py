@@ -181,6 +181,7 @@ def test_whole_graph_is_one_program_with_a_memory_plan():
     spent = lambda st: st["alone_ns"] + st["helped_ns"]  # noqa: E731
     assert runs(before) >= 2 and runs(after) == runs(before) + 1, (before, after)
     assert spent(after) > spent(before), (before, after)
+    assert 0 <= after["joined_runs"] <= after["alone_runs"], after  # joined: begun alone
 
 
 def test_gpt_backward_and_optimizer_run_on_two_threads_and_the_forward_in_order():

@@ -380,12 +380,12 @@ bool replay(int64_t fn, at::TensorList inputs, std::vector<at::Tensor> *outputs)
 namespace {
 
 // [plans, steps, scratch bytes, unplanned bytes, graph nodes, kernels, fused kernels, two
-// threads (0 or 1), runs alone, their host ns, runs with a helper, their host ns] of |fn|'s
-// latest plan.
+// threads (0 or 1), runs alone, their host ns, runs with a helper, their host ns, runs alone
+// that a helper joined later] of |fn|'s latest plan.
 std::vector<int64_t> op_plan_stats(int64_t fn) {
   std::lock_guard<std::mutex> lock(g_plans_mu);
   auto it = g_plans.find(fn);
-  if (it == g_plans.end() || it->second.empty()) return std::vector<int64_t>(12, 0);
+  if (it == g_plans.end() || it->second.empty()) return std::vector<int64_t>(13, 0);
   const Plan &p = *it->second.back();
   tpu_executable_run_stats_t runs;
   tpu_executable_run_stats(p.exe, &runs);
@@ -395,7 +395,7 @@ std::vector<int64_t> op_plan_stats(int64_t fn) {
           tpu_executable_num_kernels(p.exe), tpu_executable_num_fused(p.exe),
           tpu_executable_two_threads(p.exe) ? 1 : 0, static_cast<int64_t>(runs.alone_runs),
           static_cast<int64_t>(runs.alone_ns), static_cast<int64_t>(runs.helped_runs),
-          static_cast<int64_t>(runs.helped_ns)};
+          static_cast<int64_t>(runs.helped_ns), static_cast<int64_t>(runs.joined_runs)};
 }
 
 // The compiled steps of |fn|'s latest plan, one line each (tpu_executable_describe).
