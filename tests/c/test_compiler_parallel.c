@@ -22,12 +22,12 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "check.h"
 #include "compile_util.h"
 #include "compiler/deps.h"
 #include "compiler/executable.h"
+#include "pool_helper.h"
 
 static tpu_pool_t *g_pool;       /* one helper spins in it throughout */
 static tpu_pool_t *g_lone_pool;  /* nobody helps */
@@ -453,23 +453,6 @@ TEST(with_no_helper_the_caller_runs_both_lists) {
  * synchronize just after the stream began the backward): the run, begun alone, was posted
  * to the pool all the same, so the late helper joins and takes over the list not yet run
  * (counted as a joined run, begun alone); the bits are a sequential run's. */
-typedef struct late_helper {
-  tpu_pool_t *pool;
-  int delay_us;
-  atomic_bool stop;
-} late_helper_t;
-
-static bool late_helper_stopped(void *arg) { return atomic_load(&((late_helper_t *)arg)->stop); }
-
-static void *late_helper_main(void *arg) {
-  late_helper_t *h = arg;
-  const struct timespec delay = {0, (long)h->delay_us * 1000};
-  nanosleep(&delay, NULL);
-  while (!tpu_pool_help(h->pool, late_helper_stopped, h, 1000 * 1000, NULL)) {
-  }
-  return NULL;
-}
-
 TEST(a_helper_that_comes_late_takes_over_its_list) {
   tpu_graph_t *g = branches_graph();
   tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
@@ -482,16 +465,13 @@ TEST(a_helper_that_comes_late_takes_over_its_list) {
     tpu_executable_run_stats_t st;
     int runs = 0, bad = 0;
     do { /* delays of 0 .. 180 us, until some run was joined (runs take some 200 us) */
-      late_helper_t h = {.pool = pool, .delay_us = 20 * (runs % 10)};
-      atomic_init(&h.stop, false);
-      pthread_t t;
-      CHECK(pthread_create(&t, NULL, late_helper_main, &h) == 0);
+      pool_helper h;
+      CHECK(pool_helper_start_after(&h, pool, 20 * (runs % 10)) == 0);
       cu_run_t r;
       cu_execute(g, exe, 9, pool, &r);
       bad += cu_diff_outputs(&seq, &r) != 0;
       cu_free(&r);
-      atomic_store(&h.stop, true);
-      pthread_join(t, NULL);
+      pool_helper_stop(&h);
       tpu_executable_run_stats(exe, &st);
     } while (++runs < 20 || (st.joined_runs == 0 && runs < 500));
     CHECK(bad == 0);
