@@ -101,22 +101,22 @@ static int run_next(run_ctx_t *c, int l) {
 
 typedef struct waiting {
   run_ctx_t *c;
-  int list; /* the other thread's list */
+  int list; /* the list waited for, which the other thread runs */
   int done; /* its steps done when the wait began */
 } waiting_t;
 
-/* The wait may be over: the other list moved on, or a step failed. */
+/* The wait may be over: the list moved on, or a step failed. */
 static bool wait_over(void *arg) {
   const waiting_t *w = arg;
   return atomic_load_explicit(&w->c->list[w->list].done, memory_order_acquire) != w->done ||
          atomic_load(&w->c->failed);
 }
 
-/* Helps with the kernels of the thread running list |other| (c->kernels) until it finishes a
- * step, a step fails, or a while has passed with nothing to help with (then yields the
- * core). */
-static void help_other(run_ctx_t *c, int other) {
-  waiting_t w = {c, other, atomic_load_explicit(&c->list[other].done, memory_order_acquire)};
+/* Helps with the kernels of the other thread (c->kernels), which runs a step of |list|,
+ * until that list finishes a step, a step fails, or a while has passed with nothing to help
+ * with (then yields the core). */
+static void help_other(run_ctx_t *c, int list) {
+  waiting_t w = {c, list, atomic_load_explicit(&c->list[list].done, memory_order_acquire)};
   int64_t joined = 0;
   if (!tpu_pool_help(c->kernels, wait_over, &w, HELP_BEFORE_YIELD_NS, &joined)) sched_yield();
   if (joined > 0) { /* counted like the runs (compile.c): heap memory, casting away const */
