@@ -241,13 +241,16 @@ bool tpu_pool_swap_in_job(bool in_job) {
 
 int tpu_pool_helpers(tpu_pool_t *p) { return p ? atomic_load(&p->helpers) : 0; }
 
-void tpu_pool_parallel_for_helpers(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn,
-                                   void *ctx) {
+/* The job shared with the helpers spinning in |p|, and, when |joinable|, with those that
+ * start to while it runs (else inline when none spins). Inline also from inside a chunk or
+ * when another caller's job is running: this one is short, run it rather than queue. */
+static void with_helpers(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn, void *ctx,
+                         bool joinable) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   int helpers = tpu_pool_helpers(p);
-  /* busy with another caller's job: this one is short, run it rather than queue */
-  if (helpers == 0 || t_in_job || n <= grain || pthread_mutex_trylock(&p->job_mutex) != 0) {
+  if (!p || (helpers == 0 && !joinable) || t_in_job || n <= grain ||
+      pthread_mutex_trylock(&p->job_mutex) != 0) {
     fn(ctx, 0, n);
     return;
   }
@@ -255,16 +258,14 @@ void tpu_pool_parallel_for_helpers(tpu_pool_t *p, int64_t n, int64_t grain, tpu_
   pthread_mutex_unlock(&p->job_mutex);
 }
 
+void tpu_pool_parallel_for_helpers(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn,
+                                   void *ctx) {
+  with_helpers(p, n, grain, fn, ctx, false);
+}
+
 void tpu_pool_parallel_for_joinable(tpu_pool_t *p, int64_t n, int64_t grain, tpu_range_fn fn,
                                     void *ctx) {
-  if (n <= 0) return;
-  if (grain < 1) grain = 1;
-  if (!p || t_in_job || n <= grain || pthread_mutex_trylock(&p->job_mutex) != 0) {
-    fn(ctx, 0, n);
-    return;
-  }
-  run_job(p, n, grain, fn, ctx, 1 + tpu_pool_helpers(p), false);
-  pthread_mutex_unlock(&p->job_mutex);
+  with_helpers(p, n, grain, fn, ctx, true);
 }
 
 /* Takes the calling thread off |cpu| (its affinity minus that CPU), saving the affinity it

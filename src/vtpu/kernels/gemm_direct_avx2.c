@@ -51,7 +51,6 @@ typedef struct direct_ctx {
   int64_t ldb;        /* converted B row stride: row_stride(N) */
   int passes;
   const int8_t *a_comp, *b_comp; /* (passes,) components; NULL: raw values (exact f32) */
-  const float *bias;             /* (N,) added to every row of C, or NULL */
   bool a_kc;                     /* A k-contiguous: (M, Q); else M-contiguous: (Q, M) */
   bool b_kc;                     /* B k-contiguous: transposed; else N-contiguous */
   bool c_direct;                 /* C f32, unit column stride, affine rows */
@@ -308,7 +307,7 @@ static void multiply_task(direct_ctx *x, int64_t t) {
     int NV = j1 - j > 8 ? 2 : 1;
     int nlast = (int)(j1 - j - 8 * (NV - 1) < 8 ? j1 - j - 8 * (NV - 1) : 8);
     const block_fn *fns = kBlocks[NV - 1][x->a_kc];
-    const float *bias = x->bias ? x->bias + j : NULL;
+    const float *bias = g->bias ? g->bias + j : NULL; /* (N,) added to every row of C */
     for (int64_t blk = 0, i = i0; blk < nblk; blk++) {
       int R = (int)(rows / nblk + (blk < rows % nblk));
       const float *ap = x->a_kc ? a + i * lda : a + i;
@@ -382,7 +381,6 @@ bool tpu_gemm_direct_run(const tpu_gemm_t *g, const tpu_gemm_kernel_t *kern,
   direct_ctx x;
   memset(&x, 0, sizeof x);
   x.g = g;
-  x.bias = g->bias;
   if (!plan_direct(g, &x)) return false;
   size_t per_batch = (size_t)(x.a_elems + x.b_elems) * 4;
   int64_t group = (int64_t)(kGroupBytes / per_batch);
