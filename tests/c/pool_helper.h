@@ -13,27 +13,43 @@
 typedef struct pool_helper {
   tpu_pool_t *pool;
   atomic_int stop;
-  int delay_us; /* sleeps this long before it starts helping */
+  atomic_int running;         /* the thread has started (and spins, keeping its core awake) */
+  _Atomic int64_t go_ns;      /* CLOCK_MONOTONIC ns from which it helps; 0: not set yet */
   pthread_t thread;
 } pool_helper;
 
 static bool pool_helper_stopped(void *arg) { return atomic_load(&((pool_helper *)arg)->stop); }
 
+static int64_t pool_helper_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 static void *pool_helper_main(void *arg) {
   pool_helper *h = arg;
-  const struct timespec delay = {h->delay_us / 1000000, (long)(h->delay_us % 1000000) * 1000};
-  if (h->delay_us > 0) nanosleep(&delay, NULL);
+  atomic_store(&h->running, 1);
+  /* spinning, not sleeping: a sleeping thread on an idle vCPU wakes hundreds of us late */
+  for (;;) {
+    int64_t go = atomic_load(&h->go_ns);
+    if (atomic_load(&h->stop) || (go != 0 && pool_helper_now_ns() >= go)) break;
+  }
   while (!tpu_pool_help(h->pool, pool_helper_stopped, h, 1000 * 1000, NULL)) {
   }
   return NULL;
 }
 
-/* Starts a helper that begins helping |delay_us| microseconds from now, and returns. */
+/* Starts a helper thread and returns once it runs: it begins helping |delay_us|
+ * microseconds from then (a thread that reaches synchronize a while after a run began). */
 static inline int pool_helper_start_after(pool_helper *h, tpu_pool_t *pool, int delay_us) {
   h->pool = pool;
-  h->delay_us = delay_us;
   atomic_store(&h->stop, 0);
-  return pthread_create(&h->thread, NULL, pool_helper_main, h) != 0 ? -1 : 0;
+  atomic_store(&h->running, 0);
+  atomic_store(&h->go_ns, 0);
+  if (pthread_create(&h->thread, NULL, pool_helper_main, h) != 0) return -1;
+  while (!atomic_load(&h->running)) sched_yield();
+  atomic_store(&h->go_ns, pool_helper_now_ns() + (int64_t)delay_us * 1000);
+  return 0;
 }
 
 /* Starts the helper and returns once it is spinning in the pool. */

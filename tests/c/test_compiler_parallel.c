@@ -66,10 +66,11 @@ static tpu_value_t softmax_rows(tpu_graph_t *g, tpu_value_t x, tpu_shape_t s) {
   return tpu_graph_binary(g, TPU_OP_DIV, e, sb);
 }
 
-/* Eight independent matmul branches, each through a softmax, summed in a chain. */
-static tpu_graph_t *branches_graph(void) {
+/* Eight independent matmul branches of |rows| x 96, each through a softmax, summed in a
+ * chain. */
+static tpu_graph_t *branches_graph_of(int64_t rows) {
   tpu_graph_t *g = ir_graph();
-  tpu_shape_t s = SHAPE(128, 96); /* each branch some 20 us: worth a second thread */
+  tpu_shape_t s = SHAPE(rows, 96);
   tpu_value_t w = ir_param(g, TPU_F32, SHAPE(96, 96));
   tpu_value_t acc = TPU_NO_VALUE;
   for (int b = 0; b < 8; b++) {
@@ -81,6 +82,9 @@ static tpu_graph_t *branches_graph(void) {
   CHECK_OK(tpu_graph_output(g, row_sum(g, acc), NULL));
   return g;
 }
+
+/* 128 rows: each branch some 20 us, worth a second thread */
+static tpu_graph_t *branches_graph(void) { return branches_graph_of(128); }
 
 /* A long chain of matmuls with short-lived intermediates (scratch reused by liveness),
  * each also feeding a reduction that is an output. */
@@ -454,30 +458,38 @@ TEST(with_no_helper_the_caller_runs_both_lists) {
  * to the pool all the same, so the late helper joins and takes over the list not yet run
  * (counted as a joined run, begun alone); the bits are a sequential run's. */
 TEST(a_helper_that_comes_late_takes_over_its_list) {
-  tpu_graph_t *g = branches_graph();
+  /* runs of about a millisecond, so that a helper starting 50 .. 230 us in comes while the
+   * run goes on, but never before it began (where it would count as helped, or, between
+   * the run's two looks at the pool, join a run posted only because it came) */
+  tpu_graph_t *g = branches_graph_of(1024);
   tpu_executable_t *exe = cu_compile_aliased(g, NULL, 0, 0, 0);
   tpu_pool_t *pool = NULL;
   CHECK_OK(tpu_pool_create(1, tpu_allocator_system(), &pool));
   if (exe && pool) {
-    CHECK(exe->parallel);
-    cu_run_t seq;
+    exe->parallel = true; /* the runner under test, whatever the cost estimate decided */
+    CHECK(exe->deps.len0 > 0 && exe->deps.len0 < exe->num_steps);
+    cu_run_t seq, r; /* the same inputs; r's buffers are run again and again */
     cu_execute(g, exe, 9, NULL, &seq);
+    cu_execute(g, exe, 9, NULL, &r);
+    size_t sb = tpu_executable_scratch_bytes(exe);
+    void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
     tpu_executable_run_stats_t st;
     int runs = 0, bad = 0;
-    do { /* delays of 0 .. 180 us, until some run was joined (runs take some 200 us) */
+    do { /* the helper starts 50 .. 230 us after the run, until some run was joined */
       pool_helper h;
-      CHECK(pool_helper_start_after(&h, pool, 20 * (runs % 10)) == 0);
-      cu_run_t r;
-      cu_execute(g, exe, 9, pool, &r);
-      bad += cu_diff_outputs(&seq, &r) != 0;
-      cu_free(&r);
+      for (int o = 0; o < r.num_out; o++) memset(r.out[o], 0, r.out_bytes[o]);
+      CHECK(pool_helper_start_after(&h, pool, 50 + 20 * (runs % 10)) == 0);
+      CHECK_OK(tpu_executable_run(exe, r.in, r.out, scratch, pool));
       pool_helper_stop(&h);
+      bad += cu_diff_outputs(&seq, &r) != 0;
       tpu_executable_run_stats(exe, &st);
     } while (++runs < 20 || (st.joined_runs == 0 && runs < 500));
     CHECK(bad == 0);
     CHECK(st.joined_runs > 0);
     CHECK(st.joined_runs <= st.alone_runs);
+    free(scratch);
     cu_free(&seq);
+    cu_free(&r);
   }
   tpu_pool_destroy(pool);
   tpu_executable_release(exe);
