@@ -142,7 +142,9 @@ struct TpuAllocator final : c10::Allocator {
     if (st == TPU_ERR_OUT_OF_MEMORY) {
       std::string msg = tpu_status_message();
       msg += cost::oom_report(tpu_device_allocator(dev), index);
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "tpu allocate: ", msg);
+      // named by the op allocating (an eager op, a compiled plan) when there is one
+      TORCH_CHECK_WITH(OutOfMemoryError, false, ctx.op ? ctx.op : "", ctx.op ? ": " : "",
+                       "tpu allocate: ", msg);
     }
     check_status(st, "tpu allocate");
     if (!ctx.op) {  // the op that fills it is not known yet: the next op names it
