@@ -386,14 +386,11 @@ int main(int argc, char **argv) {
     helper |= !strcmp(argv[i], "--helper");
     lone_pool |= !strcmp(argv[i], "--pool");
   }
-  if (lone_pool && !helper && tpu_pool_create(1, tpu_allocator_system(), &g_pool) != TPU_OK) {
+  if ((helper || lone_pool) && tpu_pool_create(1, tpu_allocator_system(), &g_pool) != TPU_OK) {
     return 1;
   }
   pool_helper helper_thread;
-  if (helper && (tpu_pool_create(1, tpu_allocator_system(), &g_pool) != TPU_OK ||
-                 pool_helper_start(&helper_thread, g_pool) != 0)) {
-    return 1;
-  }
+  if (helper && pool_helper_start(&helper_thread, g_pool) != 0) return 1;
   if (rounds < 1) rounds = 1;
   DIR *dir = opendir(argv[1]);
   if (!dir) {

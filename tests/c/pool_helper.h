@@ -6,33 +6,27 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <time.h>
 
+#include "base/spin.h" /* tpu_now_ns */
 #include "tpu/threadpool.h"
 
 typedef struct pool_helper {
   tpu_pool_t *pool;
   atomic_int stop;
   atomic_int running;         /* the thread has started (and spins, keeping its core awake) */
-  _Atomic int64_t go_ns;      /* CLOCK_MONOTONIC ns from which it helps; 0: not set yet */
+  _Atomic uint64_t go_ns;     /* tpu_now_ns() from which it helps; 0: not set yet */
   pthread_t thread;
 } pool_helper;
 
 static bool pool_helper_stopped(void *arg) { return atomic_load(&((pool_helper *)arg)->stop); }
-
-static int64_t pool_helper_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 static void *pool_helper_main(void *arg) {
   pool_helper *h = arg;
   atomic_store(&h->running, 1);
   /* spinning, not sleeping: a sleeping thread on an idle vCPU wakes hundreds of us late */
   for (;;) {
-    int64_t go = atomic_load(&h->go_ns);
-    if (atomic_load(&h->stop) || (go != 0 && pool_helper_now_ns() >= go)) break;
+    uint64_t go = atomic_load(&h->go_ns);
+    if (atomic_load(&h->stop) || (go != 0 && tpu_now_ns() >= go)) break;
   }
   while (!tpu_pool_help(h->pool, pool_helper_stopped, h, 1000 * 1000, NULL)) {
   }
@@ -48,7 +42,7 @@ static inline int pool_helper_start_after(pool_helper *h, tpu_pool_t *pool, int 
   atomic_store(&h->go_ns, 0);
   if (pthread_create(&h->thread, NULL, pool_helper_main, h) != 0) return -1;
   while (!atomic_load(&h->running)) sched_yield();
-  atomic_store(&h->go_ns, pool_helper_now_ns() + (int64_t)delay_us * 1000);
+  atomic_store(&h->go_ns, tpu_now_ns() + (uint64_t)delay_us * 1000);
   return 0;
 }
 

@@ -263,22 +263,22 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
     tpu_ew_program_load_rows(c->v, seg->ptrs[k + 1], 0, seg->strides[k + 1], c->in_dt[k],
                              loaded[k], g, n);
   }
-  /* machine code that reads the inputs with one value per row (f32, contiguous) as they
-   * are, when rows are a power-of-two multiple of 16 floats, instead of filling blocks */
-  const tpu_ew_jit_code_t *rows_code = NULL;
-  uint32_t per_row = 0;
-  if (c->jit && n % 16 == 0 && (n & (n - 1)) == 0) {
-    uint32_t uniform = 0;
-    for (int k = 0; k < p->num_inputs; k++) {
-      const int64_t s = seg->strides[k + 1], o = seg->outer[k + 1];
-      if (s == 0 && o == 0) uniform |= 1u << k;
-      if (s == 0 && o == 4 && c->in_dt[k] == TPU_F32) per_row |= 1u << k;
-    }
-    int row_log2 = 0; /* 2^row_log2 = 4 n: a row's bytes */
-    while (((int64_t)1 << row_log2) < 4 * n) row_log2++;
-    if (per_row) rows_code = tpu_ew_jit_code_rows(c->jit, uniform, per_row, row_log2);
-    if (!rows_code) per_row = 0;
+  /* inputs with one value for the whole segment (bit k: input k), and those with one f32
+   * per row, one after another, which machine code can read as they are when rows are a
+   * power-of-two multiple of 16 floats, instead of filling blocks */
+  uint32_t uniform = 0, per_row = 0;
+  for (int k = 0; k < p->num_inputs; k++) {
+    const int64_t s = seg->strides[k + 1], o = seg->outer[k + 1];
+    if (s == 0 && o == 0) uniform |= 1u << k;
+    if (s == 0 && o == 4 && c->in_dt[k] == TPU_F32) per_row |= 1u << k;
   }
+  const tpu_ew_jit_code_t *code = NULL; /* the same for every block of rows */
+  if (c->jit && per_row && n % 16 == 0 && (n & (n - 1)) == 0) {
+    const int row_log2 = 2 + __builtin_ctzll((unsigned long long)n); /* 2^row_log2 = 4 n */
+    code = tpu_ew_jit_code_rows(c->jit, uniform, per_row, row_log2);
+  }
+  if (!code) per_row = 0;
+  if (!code && c->jit) code = tpu_ew_jit_code(c->jit, uniform);
   for (int64_t r0 = 0, g; r0 < seg->rows; r0 += g) {
     g = seg->rows - r0 < per ? seg->rows - r0 : per;
     const int64_t m = g * n;
@@ -291,9 +291,9 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
       val[k] = blk;
       step[k] = 1;
       if (same_rows[k]) continue; /* filled before the loop */
-      if (per_row >> k & 1) { /* one value per row, read by rows_code as they are */
+      if (per_row >> k & 1) { /* one value per row, read by the code as they are */
         val[k] = (const float *)(const void *)src;
-      } else if (s == 0 && o == 0) { /* one value for the whole block */
+      } else if (uniform >> k & 1) { /* one value for the whole block */
         tpu_ew_program_fill_rows(src, 0, dt, blk, 1, 1);
         step[k] = 0;
       } else if (s == 0) { /* one value per row */
@@ -307,7 +307,6 @@ static void program_rows(const program_ctx *c, const tpu_ew_seg_t *seg) {
       }
     }
     char *dst = seg->ptrs[0] + r0 * oo;
-    const tpu_ew_jit_code_t *code = rows_code ? rows_code : jit_code(c, step);
     if (code) { /* machine code: every output through a block (the result in place if it can) */
       float *outs[1 + TPU_EW_PROGRAM_MAX_STORES];
       outs[0] = out_direct ? (float *)(void *)dst : outb[0];
