@@ -7,6 +7,7 @@ PrivateUse1 backend renamed), the `torch.tpu` module, and the `Tensor.tpu()`,
 chosen by TORCHTPU_CHIP / TORCHTPU_CHIPS (see README).
 """
 import atexit
+import sys
 import time
 
 
@@ -64,6 +65,7 @@ def _register() -> None:
         return  # already registered in this process
     torch.utils.rename_privateuse1_backend("tpu")
     torch._register_device_module("tpu", device_module)
+    sys.modules["torch.tpu.amp"] = device_module.amp  # from torch.tpu.amp import GradScaler
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )

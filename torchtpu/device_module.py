@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from torchtpu import _C
+from torchtpu import device_amp as amp  # noqa: F401  torch.tpu.amp, as torch.cuda.amp
 from torchtpu._device_index import DeviceLike, device_index
 from torchtpu.amp import get_amp_supported_dtype, is_bf16_supported  # noqa: F401
 from torchtpu.memory import (  # noqa: F401
@@ -43,6 +44,33 @@ from torchtpu.streams import (  # noqa: F401
     set_stream,
     stream,
 )
+
+
+# torch.cuda.OutOfMemoryError's counterpart (both are torch.OutOfMemoryError)
+OutOfMemoryError = torch.OutOfMemoryError
+
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
+def set_sync_debug_mode(debug_mode) -> None:
+    """What an op that waits for the chip unasked does, as torch.cuda.set_sync_debug_mode:
+    "default" or 0 nothing, "warn" or 1 a warning naming the op, "error" or 2 a RuntimeError
+    before the op runs. Such ops: Tensor.item() (and so `if tensor:`, print, and x[mask],
+    nonzero or unique, whose result's size is read back), a copy to the host (.cpu(),
+    .tolist(), .numpy()), an op the CPU fallback runs, and growing a storage that holds
+    data. torch.tpu.synchronize() and Stream/Event synchronize never count, nor do copies
+    to the chip (queued on its stream)."""
+    if isinstance(debug_mode, str):
+        if debug_mode not in _SYNC_DEBUG_MODES:
+            raise RuntimeError(
+                "invalid value of debug_mode, expected one of `default`, `warn`, `error`")
+        debug_mode = _SYNC_DEBUG_MODES[debug_mode]
+    _C._set_sync_debug_mode(debug_mode)
+
+
+def get_sync_debug_mode() -> int:
+    """0 (default), 1 (warn) or 2 (error): see set_sync_debug_mode."""
+    return _C._get_sync_debug_mode()
 
 
 def is_available() -> bool:

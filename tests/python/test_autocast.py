@@ -266,3 +266,53 @@ def test_grad_scaler_kernels_directly():
     big = torch.full((1,), 3e38, device="tpu")  # growing would overflow: the scale stays
     torch._amp_update_scale_(big, torch.ones(1, dtype=torch.int32, device="tpu"), clean, 2.0, 0.5, 2)
     assert big.item() == pytest.approx(3e38)
+
+
+def test_torch_tpu_amp_spellings_of_code_written_for_cuda():
+    # torch.cuda.amp.X -> torch.tpu.amp.X: the torch.amp objects for "tpu", with CUDA's
+    # FutureWarning pointing at the torch.amp spelling; autocast defaults to bfloat16
+    a, b = _x(4, 8).to("tpu"), _x(8, 3).to("tpu")
+    with pytest.warns(FutureWarning, match=r"torch.amp.autocast\('tpu', args...\)"):
+        ctx = torch.tpu.amp.autocast()
+    with ctx:
+        assert (a @ b).dtype == BF16
+        with torch.tpu.amp.autocast(enabled=False):
+            assert (a @ b).dtype == F32
+    with torch.tpu.amp.autocast(dtype=F16):
+        assert (a @ b).dtype == F16
+    assert (a @ b).dtype == F32
+
+    from torch.tpu.amp import GradScaler, custom_bwd, custom_fwd  # as from torch.cuda.amp
+
+    with pytest.warns(FutureWarning, match="GradScaler"):
+        scaler = GradScaler(init_scale=4.0)
+    assert isinstance(scaler, torch.amp.GradScaler) and scaler._device == "tpu"
+    w = torch.ones(3, device="tpu", requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.5)
+    scaler.scale((w * 2).sum()).backward()
+    assert w.grad.tolist() == [8.0, 8.0, 8.0]  # scaled by 4
+    scaler.step(opt)  # unscaled to 2 before the step
+    scaler.update()
+    assert w.detach().cpu().tolist() == [0.0, 0.0, 0.0]
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        @custom_fwd(cast_inputs=F32)  # runs in f32 even inside autocast
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            assert x.dtype == F32 and not torch.is_autocast_enabled("tpu")
+            return x @ x.t()
+
+        @staticmethod
+        @custom_bwd
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return (g + g.t()) @ x
+
+    x = _x(3, 4).to("tpu").requires_grad_()
+    with torch.autocast("tpu"):
+        y = Square.apply(x.to(BF16))
+    assert y.dtype == F32
+    y.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), 2 * torch.ones(3, 3) @ x.detach().cpu(),
+                               rtol=1e-2, atol=1e-2)  # x went through bf16 once

@@ -89,6 +89,13 @@ def test_availability_and_current_device():
     torch.tpu.synchronize("tpu:0")
 
 
+def test_out_of_memory_error_is_torchs():
+    # `except torch.cuda.OutOfMemoryError:` ported as `except torch.tpu.OutOfMemoryError:`
+    assert torch.tpu.OutOfMemoryError is torch.OutOfMemoryError is torch.cuda.OutOfMemoryError
+    with pytest.raises(torch.tpu.OutOfMemoryError, match="out of memory"):
+        torch.empty(1 << 50, dtype=torch.uint8, device="tpu")
+
+
 def test_default_device_index_is_zero():
     assert torch.zeros(2, device="tpu").device == TPU0
     assert torch.device("tpu").type == "tpu"

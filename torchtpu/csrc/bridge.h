@@ -61,6 +61,14 @@ void tpu_bridge_reset_fused_stats(void);
  * (a string with static storage duration). 0 or an error code. */
 int tpu_bridge_flush(int index, const char *reason);
 
+/* torch.tpu.set_sync_debug_mode: what an op that waits for the chip without being asked
+ * to (Tensor.item(), a copy to the host, the CPU fallback, growing a storage that holds
+ * data: device.h check_implicit_sync) does. torch.tpu.synchronize(), Event and Stream
+ * synchronize never count. */
+enum { TPU_SYNC_DEBUG_OFF = 0, TPU_SYNC_DEBUG_WARN = 1, TPU_SYNC_DEBUG_ERROR = 2 };
+void tpu_bridge_set_sync_debug_mode(int mode);
+int tpu_bridge_get_sync_debug_mode(void);
+
 /* Eager mode: 0 strict, 1 debug, 2 fused. */
 int tpu_bridge_eager_mode(void);
 void tpu_bridge_set_eager_mode(int mode);

@@ -93,6 +93,17 @@ void synchronize_device(c10::DeviceIndex index) {
   check_status(st, "tpu");
 }
 
+static std::atomic<int> g_sync_debug_mode{TPU_SYNC_DEBUG_OFF};
+
+int sync_debug_mode() { return g_sync_debug_mode.load(std::memory_order_relaxed); }
+
+void report_implicit_sync(int mode, const std::string &what) {
+  TORCH_CHECK(mode != TPU_SYNC_DEBUG_ERROR, "tpu: ", what,
+              " called a synchronizing tpu operation (torch.tpu.set_sync_debug_mode(\"error\"))");
+  TORCH_WARN("tpu: ", what,
+             " called a synchronizing tpu operation (torch.tpu.set_sync_debug_mode(\"warn\"))");
+}
+
 // ---- current device and stream, per thread ----------------------------------------------
 
 static thread_local c10::DeviceIndex t_current_device = 0;
@@ -157,6 +168,7 @@ struct TpuAllocator final : c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &tpu_delete; }
   void copy_data(void *dest, const void *src, std::size_t count) const override {
     // Device memory is host memory; wait for queued work that may touch either side.
+    check_implicit_sync([] { return std::string("storage copy"); });
     check_status(tpu_runtime_synchronize_all(), "tpu copy_data");
     if (count) std::memcpy(dest, src, count);
   }
@@ -405,6 +417,9 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   void resizePrivateUse1Bytes(const c10::Storage &storage, size_t newsize) const override {
     c10::StorageImpl *impl = storage.unsafeGetStorageImpl();
     TORCH_CHECK(impl->resizable(), "tpu: trying to resize storage that is not resizable");
+    if (std::min(newsize, impl->nbytes()) > 0) {
+      check_implicit_sync([] { return std::string("untyped_storage().resize_"); });
+    }
     c10::DeviceIndex index = impl->device().index();
     c10::DeviceIndex saved = current_device();
     set_current_device(index);
@@ -479,6 +494,9 @@ int tpu_bridge_current_device(void) { return current_device(); }
 int tpu_bridge_set_device(int index) {
   return guarded([index] { set_current_device(static_cast<c10::DeviceIndex>(index)); });
 }
+
+void tpu_bridge_set_sync_debug_mode(int mode) { torchtpu::g_sync_debug_mode.store(mode); }
+int tpu_bridge_get_sync_debug_mode(void) { return torchtpu::g_sync_debug_mode.load(); }
 
 int tpu_bridge_synchronize(int index) {
   return guarded([index] {

@@ -7,6 +7,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 
+#include <string>
+
 extern "C" {
 #include "tpu/runtime.h"
 }
@@ -23,6 +25,15 @@ void ensure_init();
 tpu_device_t *device_at(c10::DeviceIndex index);
 // Waits for the chip's stream; throws a deferred device error naming the op.
 void synchronize_device(c10::DeviceIndex index);
+// Called before an op waits for a chip the user did not ask to wait for: warns or raises
+// RuntimeError naming the op (what(), a std::string) as torch.tpu.set_sync_debug_mode
+// asks, as CUDA's does. what() is called only then.
+int sync_debug_mode();
+void report_implicit_sync(int mode, const std::string &what);
+template <typename What>
+void check_implicit_sync(What &&what) {
+  if (const int mode = sync_debug_mode()) report_implicit_sync(mode, what());
+}
 
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);

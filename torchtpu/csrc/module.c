@@ -281,6 +281,26 @@ static PyObject *py_get_fallback_mode(PyObject *self, PyObject *noargs) {
   return PyLong_FromLong(tpu_bridge_get_fallback_mode());
 }
 
+/* ---- sync debug mode ------------------------------------------------------------------------ */
+
+static PyObject *py_set_sync_debug_mode(PyObject *self, PyObject *args) {
+  (void)self;
+  int mode;
+  if (!PyArg_ParseTuple(args, "i", &mode)) return NULL;
+  if (mode < TPU_SYNC_DEBUG_OFF || mode > TPU_SYNC_DEBUG_ERROR) {
+    PyErr_Format(PyExc_RuntimeError, "invalid value of debug_mode, expected one of 0,1,2, got %d",
+                 mode);
+    return NULL;
+  }
+  tpu_bridge_set_sync_debug_mode(mode);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_get_sync_debug_mode(PyObject *self, PyObject *noargs) {
+  (void)self, (void)noargs;
+  return PyLong_FromLong(tpu_bridge_get_sync_debug_mode());
+}
+
 typedef struct stats_ctx {
   PyObject *dict;
   int failed;
@@ -427,6 +447,8 @@ static PyMethodDef methods[] = {
     {"_set_fallback_mode", py_set_fallback_mode, METH_VARARGS, "0 warn, 1 silent, 2 error."},
     {"_get_fallback_mode", py_get_fallback_mode, METH_NOARGS, "0 warn, 1 silent, 2 error."},
     {"_fallback_stats", py_fallback_stats, METH_NOARGS, "{op name: CPU fallback calls}."},
+    {"_set_sync_debug_mode", py_set_sync_debug_mode, METH_VARARGS, "0 off, 1 warn, 2 error."},
+    {"_get_sync_debug_mode", py_get_sync_debug_mode, METH_NOARGS, "0 off, 1 warn, 2 error."},
     {"_reset_fallback_stats", py_reset_fallback_stats, METH_NOARGS, "Zero the counters."},
     {"_set_precision", py_set_precision, METH_VARARGS, "Matmul precision 0/1/2."},
     {"_get_precision", py_get_precision, METH_NOARGS, "Current matmul precision."},

@@ -175,6 +175,7 @@ const at::Tensor &tpu_resize_(const at::Tensor &self, c10::IntArrayRef size,
   size_t needed = static_cast<size_t>(self.storage_offset() + numel) * self.itemsize();
   size_t have = self.storage().nbytes();
   if (have > 0 && have < needed) {  // the storage grows: its old bytes are copied on the host
+    check_implicit_sync([] { return std::string("aten::resize_ (growing a storage)"); });
     flush_if_pending(self, "resize");
     synchronize_if_tpu(self);
   }
@@ -209,6 +210,8 @@ at::Tensor tpu_copy_from(const at::Tensor &self, const at::Tensor &dst, bool /*n
                 self.device(), " and ", dst.device(), "; tpu copies to and from cpu and tpu");
   }
   if (native_copy(self, dst)) return dst;
+  check_implicit_sync(
+      [&] { return "aten::copy_ from " + self.device().str() + " to " + dst.device().str(); });
   if (dst.device().type() == c10::DeviceType::CPU) flush_pending(self.device().index(), "copy to host");
   flush_if_pending(dst, "copy");
   synchronize_if_tpu(self);
@@ -226,6 +229,7 @@ at::Tensor tpu_copy_from_and_resize(const at::Tensor &self, const at::Tensor &ds
 }
 
 at::Scalar tpu_local_scalar_dense(const at::Tensor &self) {
+  check_implicit_sync([] { return std::string("aten::_local_scalar_dense (Tensor.item())"); });
   if (self.device().type() == kTpu) flush_pending(self.device().index(), "item");
   synchronize_if_tpu(self);
   HostAliases host;
@@ -356,6 +360,7 @@ void tpu_fallback_impl(const c10::OperatorHandle &op, torch::jit::Stack *stack) 
   cost::OpScope op_scope(op.schema().name().c_str());  // names allocations (OOM report)
   const c10::FunctionSchema &schema = op.schema();
   const std::string name = c10::toString(op.operator_name());
+  check_implicit_sync([&] { return name + " (CPU fallback)"; });
   count_and_maybe_warn(name);
 
   const size_t num_args = schema.arguments().size();
