@@ -13,6 +13,7 @@ from torchtpu._device_index import DeviceLike, device_index
 from torchtpu.amp import get_amp_supported_dtype, is_bf16_supported  # noqa: F401
 from torchtpu.memory import (  # noqa: F401
     empty_cache,
+    get_per_process_memory_fraction,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
@@ -22,6 +23,7 @@ from torchtpu.memory import (  # noqa: F401
     memory_summary,
     reset_max_memory_allocated,
     reset_peak_memory_stats,
+    set_per_process_memory_fraction,
 )
 from torchtpu.precision import Precision, precision  # noqa: F401
 from torchtpu.rng import (  # noqa: F401

@@ -68,6 +68,25 @@ def mem_get_info(device: DeviceLike = None) -> tuple:
     return raw["capacity_bytes"] - raw["reserved_bytes"], raw["capacity_bytes"]
 
 
+def set_per_process_memory_fraction(fraction: float, device: DeviceLike = None) -> None:
+    """Caps what this process may reserve on the chip at fraction x its HBM, as
+    torch.cuda's: an allocation past the cap releases the cached blocks, then raises
+    torch.OutOfMemoryError naming the cap. Already reserved memory is kept; 1.0 lifts it."""
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if fraction < 0 or fraction > 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    index = device_index(device)
+    capacity = _C._memory_stats(index)["capacity_bytes"]
+    _C._set_memory_limit(index, int(fraction * capacity))
+
+
+def get_per_process_memory_fraction(device: DeviceLike = None) -> float:
+    """The fraction of the chip's HBM this process may reserve (1.0 unless capped)."""
+    index = device_index(device)
+    return _C._memory_limit(index) / _C._memory_stats(index)["capacity_bytes"]
+
+
 def memory_summary(device: DeviceLike = None) -> str:
     """A short human-readable table of the chip's memory statistics."""
     stats = memory_stats(device)

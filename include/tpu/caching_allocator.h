@@ -9,6 +9,8 @@
  * Block sizes are rounded up (512 B below 1 MiB, 128 KiB below 16 MiB, 2 MiB above)
  * and blocks are never split; a cached block is reused for a request when it is at
  * most 2x (small) or 1.25x (>= 1 MiB) the rounded size. Blocks are 512-byte aligned.
+ * A limit below the chip's HBM (torch.tpu.set_per_process_memory_fraction) caps the
+ * reserved bytes the same way: past it the cache is released, then out of memory.
  * Thread-safe: blocks may be freed from any thread.
  */
 #ifndef TPU_CACHING_ALLOCATOR_H
@@ -53,6 +55,13 @@ tpu_status_t tpu_caching_allocator_create(tpu_hbm_t *hbm, int device_index,
 void tpu_caching_allocator_set_label(tpu_caching_allocator_t *ca, const char *label);
 /* Returns all blocks (cached and live) to the arena. NULL is ignored. */
 void tpu_caching_allocator_destroy(tpu_caching_allocator_t *ca);
+
+/* Caps the reserved bytes (live and cached blocks) at |bytes|; at least the chip's HBM
+ * (UINT64_MAX, the default): no cap beyond the HBM. Blocks already reserved past a new,
+ * lower cap stay; only later allocations are refused. */
+void tpu_caching_allocator_set_limit(tpu_caching_allocator_t *ca, uint64_t bytes);
+/* The cap in bytes: the chip's HBM when none is set. */
+uint64_t tpu_caching_allocator_limit(tpu_caching_allocator_t *ca);
 
 /* |bytes| == 0 returns *out_ptr = NULL and TPU_OK. Out of memory (after
  * releasing the cache) gives TPU_ERR_OUT_OF_MEMORY with a message like

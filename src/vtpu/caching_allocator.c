@@ -8,7 +8,9 @@
  *     size and not wastefully larger: at most 2x for small blocks (< 1 MiB, where
  *     the waste is a few hundred KiB at worst) and at most 1.25x for large ones;
  *   - otherwise it asks the arena; if the arena is full, the whole cache is
- *     released to the arena and the request retried once before out of memory.
+ *     released to the arena and the request retried once before out of memory;
+ *   - with a limit set (tpu_caching_allocator_set_limit), a request that would take
+ *     the reserved bytes past it releases the cache first, as a full arena does.
  * Block records (address, size, requested size) live in host memory: live blocks
  * in a hash map by address, cached blocks in an array sorted by (size, address).
  * One mutex guards everything; the arena has its own (always taken second).
@@ -42,6 +44,7 @@ struct tpu_caching_allocator {
   ca_block_t **cache; /* (cache_cap), first cache_len sorted by (size, ptr) */
   size_t cache_len, cache_cap;
   uint64_t cached_bytes;
+  uint64_t limit_bytes;     /* cap on stats.reserved_bytes (>= the HBM's capacity: none) */
   tpu_memory_stats_t stats; /* capacity_bytes filled in by get_stats */
 };
 
@@ -110,6 +113,7 @@ tpu_status_t tpu_caching_allocator_create(tpu_hbm_t *hbm, int device_index,
   tpu_caching_allocator_t *ca = mem;
   ca->hbm = hbm;
   ca->device_index = device_index;
+  ca->limit_bytes = UINT64_MAX; /* none */
   ca->host = host;
   tpu_ptr_map_init(&ca->live, host);
   if (pthread_mutex_init(&ca->mu, NULL) != 0) {
@@ -142,24 +146,42 @@ void tpu_caching_allocator_destroy(tpu_caching_allocator_t *ca) {
 
 /* ---- allocation ----------------------------------------------------------- */
 
+/* Whether a limit below the HBM's capacity is set. */
+static bool has_limit_locked(const tpu_caching_allocator_t *ca) {
+  return ca->limit_bytes < tpu_hbm_capacity(ca->hbm);
+}
+
+/* Whether reserving |size| more bytes stays within the limit (if one is set). */
+static bool within_limit_locked(const tpu_caching_allocator_t *ca, size_t size) {
+  uint64_t limit = ca->limit_bytes, reserved = ca->stats.reserved_bytes;
+  return !has_limit_locked(ca) || (reserved <= limit && size <= limit - reserved);
+}
+
+/* |rounded| > 0: the arena refused a block of that size (the message then says whether
+ * its free space is fragmented); 0: the size or the limit refused it. */
 static tpu_status_t oom_locked(tpu_caching_allocator_t *ca, size_t bytes, size_t rounded) {
   uint64_t used = tpu_hbm_used(ca->hbm), total = tpu_hbm_capacity(ca->hbm);
   uint64_t in_use = used > ca->cached_bytes ? used - ca->cached_bytes : 0;
-  char req[32], use[32], cached[32], tot[32], largest[32] = "";
-  char frag[96] = "", label[80] = "";
+  char req[32], use[32], cached[32], tot[32], largest[32] = "", lim[32];
+  char frag[96] = "", label[80] = "", limit[112] = "";
   if (rounded && in_use + rounded <= total) {
     snprintf(frag, sizeof(frag), "; free HBM is fragmented: largest free block %s",
              tpu_format_bytes(tpu_hbm_largest_free(ca->hbm), largest, sizeof(largest)));
+  }
+  if (has_limit_locked(ca)) {
+    snprintf(limit, sizeof(limit), "; this process may reserve %s of it "
+             "(set_per_process_memory_fraction)",
+             tpu_format_bytes(ca->limit_bytes, lim, sizeof(lim)));
   }
   if (ca->label[0]) snprintf(label, sizeof(label), " (%s)", ca->label);
   ca->stats.num_ooms++;
   return tpu_status_set(TPU_ERR_OUT_OF_MEMORY,
                         "tpu:%d out of memory: tried to allocate %s (%zu bytes); %s in use, "
-                        "%s cached, %s total HBM%s%s",
+                        "%s cached, %s total HBM%s%s%s",
                         ca->device_index, tpu_format_bytes(bytes, req, sizeof(req)), bytes,
                         tpu_format_bytes(in_use, use, sizeof(use)),
                         tpu_format_bytes(ca->cached_bytes, cached, sizeof(cached)),
-                        tpu_format_bytes(total, tot, sizeof(tot)), label, frag);
+                        tpu_format_bytes(total, tot, sizeof(tot)), label, limit, frag);
 }
 
 static const tpu_alloc_tag_t kNoTag = {.op = NULL, .dtype = NULL, .rank = -1, .dims = {0}};
@@ -208,6 +230,12 @@ tpu_status_t tpu_caching_alloc_tagged(tpu_caching_allocator_t *ca, size_t bytes,
     pthread_mutex_unlock(&ca->mu);
     *out_ptr = b->ptr;
     return TPU_OK;
+  }
+  if (!within_limit_locked(ca, size) && ca->cache_len > 0) flush_cache_locked(ca);
+  if (!within_limit_locked(ca, size)) {
+    st = oom_locked(ca, bytes, 0);
+    pthread_mutex_unlock(&ca->mu);
+    return st;
   }
   ca_block_t *b = ca->host.alloc(ca->host.self, sizeof(*b), alignof(ca_block_t));
   if (!b) {
@@ -318,6 +346,19 @@ size_t tpu_caching_largest_live(tpu_caching_allocator_t *ca, tpu_live_block_t *o
 }
 
 /* ---- cache control and statistics ----------------------------------------- */
+
+void tpu_caching_allocator_set_limit(tpu_caching_allocator_t *ca, uint64_t bytes) {
+  pthread_mutex_lock(&ca->mu);
+  ca->limit_bytes = bytes;
+  pthread_mutex_unlock(&ca->mu);
+}
+
+uint64_t tpu_caching_allocator_limit(tpu_caching_allocator_t *ca) {
+  pthread_mutex_lock(&ca->mu);
+  uint64_t limit = ca->limit_bytes, total = tpu_hbm_capacity(ca->hbm);
+  pthread_mutex_unlock(&ca->mu);
+  return limit < total ? limit : total;
+}
 
 void tpu_caching_empty_cache(tpu_caching_allocator_t *ca) {
   pthread_mutex_lock(&ca->mu);

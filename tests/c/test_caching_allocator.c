@@ -1,5 +1,6 @@
 /* test_caching_allocator.c: the caching device allocator: rounding, reuse, stats,
- * out of memory (message, retry after releasing the cache, recovery), threads. */
+ * out of memory (message, retry after releasing the cache, recovery), a limit below the
+ * HBM (torch.tpu.set_per_process_memory_fraction), threads. */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -186,6 +187,51 @@ TEST(oom_reports_fragmentation) {
   teardown(f);
 }
 
+TEST(a_limit_caps_reserved_bytes) {
+  fixture_t f = setup(64 * MIB, 2, "TPU v5e");
+  if (!f.ca) return;
+  CHECK(tpu_caching_allocator_limit(f.ca) == 64 * MIB); /* none set: the HBM */
+  tpu_caching_allocator_set_limit(f.ca, 24 * MIB);
+  CHECK(tpu_caching_allocator_limit(f.ca) == 24 * MIB);
+  void *a, *b = (void *)1, *c;
+  CHECK_OK(tpu_caching_alloc(f.ca, 16 * MIB, &a));
+  /* 16 + 16 > 24, though the HBM has room: refused, naming the limit */
+  CHECK(tpu_caching_alloc(f.ca, 16 * MIB, &b) == TPU_ERR_OUT_OF_MEMORY);
+  CHECK(b == NULL);
+  CHECK_CONTAINS(tpu_status_message(),
+                 "tpu:2 out of memory: tried to allocate 16.00 MiB (16777216 bytes); "
+                 "16.00 MiB in use, 0 B cached, 64.00 MiB total HBM (TPU v5e); this process "
+                 "may reserve 24.00 MiB of it (set_per_process_memory_fraction)");
+  CHECK(stats(f).num_ooms == 1);
+  CHECK_OK(tpu_caching_alloc(f.ca, 8 * MIB, &b)); /* 24 of 24: fits exactly */
+  tpu_caching_free(f.ca, b);
+  CHECK_OK(tpu_caching_alloc(f.ca, 8 * MIB, &b)); /* from the cache: nothing more reserved */
+  CHECK(stats(f).cache_hits == 1 && stats(f).cache_flushes == 0);
+  tpu_caching_free(f.ca, b);
+  tpu_caching_free(f.ca, a); /* 16 + 8 cached: 24 reserved */
+  /* no cached block serves 20 MiB and 24 + 20 > 24: the cache is released first, as when
+   * the arena is full */
+  CHECK_OK(tpu_caching_alloc(f.ca, 20 * MIB, &c));
+  tpu_memory_stats_t s = stats(f);
+  CHECK(s.cache_flushes == 1 && s.reserved_bytes == 20 * MIB && s.cached_blocks == 0);
+  /* a lower limit leaves what is reserved; 0 lets nothing more in; none lets all in */
+  tpu_caching_allocator_set_limit(f.ca, 8 * MIB);
+  CHECK(tpu_caching_alloc(f.ca, 1 * MIB, &b) == TPU_ERR_OUT_OF_MEMORY);
+  tpu_caching_allocator_set_limit(f.ca, 0);
+  CHECK(tpu_caching_alloc(f.ca, 512, &b) == TPU_ERR_OUT_OF_MEMORY);
+  CHECK_CONTAINS(tpu_status_message(), "this process may reserve 0 B of it");
+  tpu_caching_allocator_set_limit(f.ca, UINT64_MAX);
+  CHECK(tpu_caching_allocator_limit(f.ca) == 64 * MIB);
+  CHECK_OK(tpu_caching_alloc(f.ca, 40 * MIB, &b));
+  tpu_caching_free(f.ca, b);
+  tpu_caching_allocator_set_limit(f.ca, 1000 * MIB); /* above the HBM: the HBM bounds */
+  CHECK(tpu_caching_allocator_limit(f.ca) == 64 * MIB);
+  CHECK(tpu_caching_alloc(f.ca, 48 * MIB, &b) == TPU_ERR_OUT_OF_MEMORY);
+  CHECK(strstr(tpu_status_message(), "set_per_process_memory_fraction") == NULL);
+  tpu_caching_free(f.ca, c);
+  teardown(f);
+}
+
 TEST(huge_requests_are_clean_errors) {
   fixture_t f = setup(16 * MIB, 0, "TPU v5e");
   if (!f.ca) return;
@@ -262,6 +308,7 @@ int main(void) {
   RUN(oom_message_then_recovery);
   RUN(oom_retries_after_releasing_the_cache);
   RUN(oom_reports_fragmentation);
+  RUN(a_limit_caps_reserved_bytes);
   RUN(huge_requests_are_clean_errors);
   RUN(unknown_and_double_frees_are_ignored);
   RUN(destroy_returns_live_and_cached_blocks);

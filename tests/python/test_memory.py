@@ -305,3 +305,35 @@ def test_memory_stats_keys_agree_with_functions(clean):
     assert s["reserved_bytes.all.peak"] == torch.tpu.max_memory_reserved()
     assert s["allocated_bytes.all.current"] >= 8 * MiB
     del x
+
+
+def test_per_process_memory_fraction_caps_what_the_process_reserves(clean):
+    # torch.tpu.set_per_process_memory_fraction, as torch.cuda's: the cap counts reserved
+    # bytes (live and cached); past it the cache is released, then torch.OutOfMemoryError
+    # names the cap; the device works on, and 1.0 lifts the cap
+    total = torch.tpu.get_device_properties(0).total_memory
+    assert torch.tpu.get_per_process_memory_fraction() == 1.0
+    fraction = (torch.tpu.memory_reserved() + 64 * MiB) / total  # 64 MiB more than now
+    try:
+        torch.tpu.set_per_process_memory_fraction(fraction, "tpu:0")
+        assert torch.tpu.get_per_process_memory_fraction(0) == pytest.approx(fraction, abs=1e-9)
+        x = torch.empty(48 * MiB, dtype=torch.uint8, device="tpu")
+        with pytest.raises(torch.OutOfMemoryError, match=r"may reserve [0-9.]+ [GM]iB of it "
+                           r"\(set_per_process_memory_fraction\)") as err:
+            torch.empty(32 * MiB, dtype=torch.uint8, device="tpu")
+        assert mentions_bytes(str(err.value), 32 * MiB), err.value
+        del x  # cached: 48 + 32 is past the cap, so the cache is released for the next one
+        flushes = torch.tpu.memory_stats()["num_alloc_retries"]
+        y = torch.ones(8 * MiB, device="tpu")  # 32 MiB
+        assert y.sum().item() == 8 * MiB
+        assert torch.tpu.memory_stats()["num_alloc_retries"] == flushes + 1
+    finally:
+        torch.tpu.set_per_process_memory_fraction(1.0)
+    assert torch.tpu.get_per_process_memory_fraction() == 1.0
+    del y
+    z = torch.empty(256 * MiB, dtype=torch.uint8, device="tpu")  # uncapped again
+    del z
+    with pytest.raises(TypeError, match="must be `float`"):
+        torch.tpu.set_per_process_memory_fraction(1)
+    with pytest.raises(ValueError, match="Allowed range: 0~1"):
+        torch.tpu.set_per_process_memory_fraction(1.5)

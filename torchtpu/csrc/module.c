@@ -197,6 +197,27 @@ static PyObject *py_reset_peak_memory_stats(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* The cap on a chip's reserved bytes (torch.tpu.set_per_process_memory_fraction). */
+static PyObject *py_set_memory_limit(PyObject *self, PyObject *args) {
+  (void)self;
+  int index;
+  unsigned long long bytes;
+  tpu_device_t *dev;
+  if (!PyArg_ParseTuple(args, "iK", &index, &bytes)) return NULL;
+  if (device_arg(index, &dev) != 0) return raise_bridge_error();
+  tpu_caching_allocator_set_limit(tpu_device_allocator(dev), bytes);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_memory_limit(PyObject *self, PyObject *args) {
+  (void)self;
+  int index;
+  tpu_device_t *dev;
+  if (!PyArg_ParseTuple(args, "i", &index)) return NULL;
+  if (device_arg(index, &dev) != 0) return raise_bridge_error();
+  return PyLong_FromUnsignedLongLong(tpu_caching_allocator_limit(tpu_device_allocator(dev)));
+}
+
 static PyObject *py_empty_cache(PyObject *self, PyObject *noargs) {
   (void)self, (void)noargs;
   if (tpu_bridge_init() != 0) return raise_bridge_error();
@@ -438,6 +459,8 @@ static PyMethodDef methods[] = {
     {"_device_properties", py_device_properties, METH_VARARGS, "Chip spec as a dict."},
     {"_memory_stats", py_memory_stats, METH_VARARGS, "Allocator statistics as a dict."},
     {"_reset_peak_memory_stats", py_reset_peak_memory_stats, METH_VARARGS, "Reset peaks."},
+    {"_set_memory_limit", py_set_memory_limit, METH_VARARGS, "Cap a chip's reserved bytes."},
+    {"_memory_limit", py_memory_limit, METH_VARARGS, "A chip's cap on reserved bytes."},
     {"_empty_cache", py_empty_cache, METH_NOARGS, "Release cached blocks of every chip."},
     {"_manual_seed", py_manual_seed, METH_VARARGS, "Seed a chip's default generator."},
     {"_seed", py_seed, METH_VARARGS, "Seed a chip's generator non-deterministically."},
